@@ -1,0 +1,13 @@
+"""bergstream core: the plugin framework, configuration, the Kafka proxy and the local stack.
+
+Importing this package never imports a plugin, pyspark or any optional backend library.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("bergstream")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = ["__version__"]

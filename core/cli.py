@@ -1,0 +1,182 @@
+"""The ``bergstream`` command line.
+
+Core commands live here; plugins add theirs through the ``register_commands`` hook, so this module
+imports no plugin.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+from bergstream.core import __version__
+from bergstream.core.config import ConfigError, load_config
+from bergstream.core.plugins import PluginError, PluginRegistry, load_registry
+
+
+def _registry() -> PluginRegistry:
+    try:
+        return load_registry()
+    except PluginError as error:
+        raise click.ClickException(str(error)) from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="bergstream")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+def cli(verbose: int) -> None:
+    """bergstream: Kafka and Apache Iceberg as one dataset."""
+    level = logging.WARNING - 10 * min(verbose + 1, 2)
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
+    )
+
+
+@cli.command("plugins")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def plugins_command(as_json: bool) -> None:
+    """List installed plugins, their version and what each registers."""
+    infos = _registry().plugin_infos()
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "name": info.name,
+                        "distribution": info.distribution,
+                        "version": info.version,
+                        "hooks": list(info.hooks),
+                        "registers": [
+                            {"kind": kind, "name": name} for kind, name in info.registrations
+                        ],
+                    }
+                    for info in infos
+                ],
+                indent=2,
+            )
+        )
+        return
+    if not infos:
+        click.echo("no plugins installed")
+        return
+    for info in infos:
+        origin = f"{info.distribution} {info.version}" if info.distribution else "local"
+        click.echo(f"{info.name} ({origin})")
+        click.echo(f"  hooks: {', '.join(info.hooks) or '-'}")
+        for kind, name in info.registrations:
+            click.echo(f"  {kind}: {name}")
+
+
+@cli.group("config")
+def config_group() -> None:
+    """Work with config files."""
+
+
+@config_group.command("check")
+@click.argument("file", type=click.Path(path_type=Path))
+def config_check(file: Path) -> None:
+    """Validate FILE: exit 0 if good, else print every problem and exit 1."""
+    try:
+        config = load_config(file, registry=_registry())
+    except ConfigError as error:
+        for problem in error.problems:
+            click.echo(str(problem), err=True)
+        click.echo(f"{file}: {len(error.problems)} problem(s)", err=True)
+        sys.exit(1)
+    filters = sum(len(c.filters) for c in config.virtual_clusters)
+    click.echo(
+        f"{file}: OK ({len(config.virtual_clusters)} virtual cluster(s), {filters} filter(s), "
+        f"{len(config.services)} service(s))"
+    )
+
+
+@cli.command("run")
+@click.option(
+    "-c",
+    "--config",
+    "config_file",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Config file to run.",
+)
+def run_command(config_file: Path) -> None:
+    """Start everything the config file configures; SIGTERM or Ctrl-C stops it cleanly."""
+    from bergstream.core.runner import run_until_signalled
+
+    registry = _registry()
+    try:
+        config = load_config(config_file, registry=registry)
+    except ConfigError as error:
+        raise click.ClickException(str(error)) from None
+    run_until_signalled(config, registry)
+
+
+@cli.group("stack")
+def stack_group() -> None:
+    """The local stack of real components: Kafka (KRaft), an S3 server and Redis."""
+
+
+@stack_group.command("up")
+@click.option(
+    "--component",
+    "components",
+    multiple=True,
+    type=click.Choice(["kafka", "s3", "redis"]),
+    help="Only these (default: all).",
+)
+def stack_up_command(components: tuple[str, ...]) -> None:
+    """Start the stack in the background under $BERGSTREAM_HOME; print its env when ready."""
+    from bergstream.core.stack import StackError, stack_up
+
+    try:
+        env = stack_up(components=set(components) or None)
+    except StackError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(env.as_exports())
+
+
+@stack_group.command("down")
+def stack_down_command() -> None:
+    """Stop every process the stack started, by PID."""
+    from bergstream.core.stack import stack_down
+
+    stopped = stack_down()
+    click.echo("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+
+
+@stack_group.command("status")
+def stack_status_command() -> None:
+    """Show each component's PID, address and whether it runs."""
+    from bergstream.core.stack import stack_status
+
+    click.echo(json.dumps(stack_status(), indent=2, default=str))
+
+
+@stack_group.command("env")
+def stack_env_command() -> None:
+    """Print the stack's ``export NAME=VALUE`` lines again."""
+    from bergstream.core.stack import StackError, stack_env
+
+    try:
+        click.echo(stack_env().as_exports())
+    except StackError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def build_cli() -> click.Group:
+    """The root command with every plugin's subcommands added (``register_commands``)."""
+    try:
+        registry = load_registry()
+    except PluginError as error:
+        click.echo(f"warning: {error}", err=True)
+        return cli
+    registry.manager.hook.register_commands(cli=cli)
+    return cli
+
+
+def main() -> None:
+    """Entry point of the ``bergstream`` console script."""
+    build_cli()(prog_name="bergstream")

@@ -1,0 +1,116 @@
+"""The extension points of bergstream, one hookspec each.
+
+A plugin is a module (or object) with functions named like the specs below, decorated with
+``bergstream.core.hookspecs.hookimpl``, and published under the ``bergstream`` entry-point group::
+
+    [project.entry-points.bergstream]
+    my_plugin = "my_package.plugin"
+
+Registration hooks return a list of typed registrations; pluggy is only the registry, never on the
+hot path. Built-in plugins register through the same entry-point group as third-party ones.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    import click
+    from bergstream.core.registrations import (
+        CacheBackendRegistration,
+        FileSynthesizerRegistration,
+        FilterRegistration,
+        IndexBackendRegistration,
+        ServiceRegistration,
+        ValueCodecRegistration,
+    )
+
+PROJECT = "bergstream"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def register_filters() -> list[FilterRegistration]:
+    """Register proxy filter factories.
+
+    Return a list of :class:`~bergstream.core.registrations.FilterRegistration`. Each names a
+    :class:`~bergstream.core.proxy.api.FilterFactory` subclass and the pydantic model that
+    validates its ``config`` block. A virtual cluster uses it as
+    ``filters: [{type: <name>, config: {...}}]``. Fetch interception (KSI) and any other
+    API-level behaviour are filters.
+
+    Example::
+
+        @hookimpl
+        def register_filters():
+            return [FilterRegistration(name="add-header", factory=AddHeaderFactory,
+                                       config_model=AddHeaderConfig)]
+    """
+
+
+@hookspec
+def register_file_synthesizers() -> list[FileSynthesizerRegistration]:
+    """Register synthesizers of Iceberg files (data files, manifests, metadata) built on demand.
+
+    Return a list of :class:`~bergstream.core.registrations.FileSynthesizerRegistration`; the
+    factory receives the validated config and a
+    :class:`~bergstream.core.backends.ServiceContext` and returns a
+    :class:`~bergstream.core.backends.FileSynthesizer`.
+    """
+
+
+@hookspec
+def register_cache_backends() -> list[CacheBackendRegistration]:
+    """Register cache backends that store synthesized files by path.
+
+    Return a list of :class:`~bergstream.core.registrations.CacheBackendRegistration`; the factory
+    returns a :class:`~bergstream.core.backends.CacheBackend`.
+    """
+
+
+@hookspec
+def register_index_backends() -> list[IndexBackendRegistration]:
+    """Register index backends mapping (topic, partition, chunk) to offsets, counts and bounds.
+
+    Return a list of :class:`~bergstream.core.registrations.IndexBackendRegistration`; the factory
+    returns an :class:`~bergstream.core.backends.IndexBackend`.
+    """
+
+
+@hookspec
+def register_value_codecs() -> list[ValueCodecRegistration]:
+    """Register value codecs that turn record values into columns and back, byte for byte.
+
+    Return a list of :class:`~bergstream.core.registrations.ValueCodecRegistration`; the factory
+    returns a :class:`~bergstream.core.backends.ValueCodec`.
+    """
+
+
+@hookspec
+def register_services() -> list[ServiceRegistration]:
+    """Register long-running services that ``bergstream run`` starts from ``services:``.
+
+    Return a list of :class:`~bergstream.core.registrations.ServiceRegistration`; the factory
+    returns a :class:`~bergstream.core.service.Service` whose ``start``/``stop`` the runner awaits.
+    """
+
+
+@hookspec
+def register_commands(cli: click.Group) -> None:
+    """Add subcommands to the ``bergstream`` command line.
+
+    ``cli`` is the root :class:`click.Group`; add commands or groups to it, as datasette's
+    ``register_commands`` does. Keeps ``bergstream.core`` free of plugin imports.
+
+    Example::
+
+        @hookimpl
+        def register_commands(cli):
+            @cli.command()
+            def hello():
+                click.echo("hello")
+    """

@@ -1,0 +1,153 @@
+"""Plugin discovery and the registry of everything plugins registered.
+
+Plugins come from the ``bergstream`` entry-point group (built-in and third-party alike) or are
+passed in directly (tests). Registrations are collected once; two plugins registering the same
+name for the same kind is an error that names both.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import pluggy
+from bergstream.core import hookspecs
+from bergstream.core.registrations import (
+    CacheBackendRegistration,
+    FileSynthesizerRegistration,
+    FilterRegistration,
+    IndexBackendRegistration,
+    Registration,
+    ServiceRegistration,
+    ValueCodecRegistration,
+)
+
+ENTRY_POINT_GROUP = "bergstream"
+
+#: kind (as used in config errors) -> (hook name, registration class)
+REGISTRATION_HOOKS: dict[str, tuple[str, type[Registration]]] = {
+    "filter": ("register_filters", FilterRegistration),
+    "file synthesizer": ("register_file_synthesizers", FileSynthesizerRegistration),
+    "cache backend": ("register_cache_backends", CacheBackendRegistration),
+    "index backend": ("register_index_backends", IndexBackendRegistration),
+    "value codec": ("register_value_codecs", ValueCodecRegistration),
+    "service": ("register_services", ServiceRegistration),
+}
+
+
+class PluginError(Exception):
+    """A plugin failed to load or registered something invalid or conflicting."""
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """What ``bergstream plugins`` shows for one plugin."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    hooks: tuple[str, ...]
+    registrations: tuple[tuple[str, str], ...]  # (kind, name)
+
+
+@dataclass
+class PluginRegistry:
+    """All loaded plugins and their registrations, by kind and name."""
+
+    manager: pluggy.PluginManager
+    _by_kind: dict[str, dict[str, Registration]] = field(default_factory=dict)
+    _owner: dict[tuple[str, str], str] = field(default_factory=dict)
+    _dists: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+
+    def registrations(self, kind: str) -> dict[str, Any]:
+        """Registrations of one kind (``filter``, ``cache backend``, ...), by name."""
+        if kind not in REGISTRATION_HOOKS:
+            raise KeyError(f"unknown registration kind '{kind}'")
+        return dict(self._by_kind.get(kind, {}))
+
+    def get(self, kind: str, name: str) -> Any:
+        """One registration; :class:`PluginError` naming the installed ones if it is missing."""
+        found = self._by_kind.get(kind, {}).get(name)
+        if found is None:
+            names = ", ".join(sorted(self._by_kind.get(kind, {}))) or "none"
+            raise PluginError(f"no {kind} plugin named '{name}' is installed; installed: {names}")
+        return found
+
+    def plugin_infos(self) -> list[PluginInfo]:
+        """Describe every loaded plugin: distribution, version, hooks and registrations."""
+        infos = []
+        for name, plugin in sorted(self.manager.list_name_plugin(), key=lambda item: item[0]):
+            if plugin is None:
+                continue
+            hooks = tuple(
+                sorted(caller.name for caller in self.manager.get_hookcallers(plugin) or [])
+            )
+            regs = tuple(
+                sorted((kind, reg) for (kind, reg), owner in self._owner.items() if owner == name)
+            )
+            dist, ver = self._dists.get(name, (None, None))
+            infos.append(PluginInfo(name, dist, ver, hooks, regs))
+        return infos
+
+    def collect(self) -> None:
+        """Call every registration hook once and index the results, checking for conflicts."""
+        self._by_kind.clear()
+        self._owner.clear()
+        for kind, (hook_name, reg_class) in REGISTRATION_HOOKS.items():
+            hook = getattr(self.manager.hook, hook_name)
+            table: dict[str, Registration] = {}
+            for impl in hook.get_hookimpls():
+                owner = impl.plugin_name
+                result = impl.function()
+                for reg in result or []:
+                    if not isinstance(reg, reg_class):
+                        raise PluginError(
+                            f"plugin '{owner}' returned {type(reg).__name__} from {hook_name}; "
+                            f"it must return {reg_class.__name__} objects"
+                        )
+                    if reg.name in table:
+                        raise PluginError(
+                            f"{kind} '{reg.name}' is registered by both plugin "
+                            f"'{self._owner[(kind, reg.name)]}' and plugin '{owner}': uninstall "
+                            f"one of them or rename the {kind}"
+                        )
+                    table[reg.name] = reg
+                    self._owner[(kind, reg.name)] = owner
+            self._by_kind[kind] = table
+
+
+def _new_manager() -> pluggy.PluginManager:
+    manager = pluggy.PluginManager(hookspecs.PROJECT)
+    manager.add_hookspecs(hookspecs)
+    return manager
+
+
+def load_registry(
+    extra_plugins: Iterable[ModuleType | object] = (), *, entry_points: bool = True
+) -> PluginRegistry:
+    """Discover plugins (entry points, then ``extra_plugins``) and collect their registrations."""
+    manager = _new_manager()
+    registry = PluginRegistry(manager)
+    if entry_points:
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if manager.has_plugin(ep.name):
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as error:  # a broken third-party plugin must say which one it is
+                raise PluginError(
+                    f"plugin '{ep.name}' ({ep.value}) failed to import: {error!r}"
+                ) from error
+            manager.register(plugin, name=ep.name)
+            dist = ep.dist
+            registry._dists[ep.name] = (
+                dist.metadata["Name"] if dist else None,
+                dist.version if dist else None,
+            )
+    for plugin in extra_plugins:
+        manager.register(plugin)
+    registry.collect()
+    return registry

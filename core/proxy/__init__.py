@@ -1,0 +1,1 @@
+"""The Kafka protocol proxy: virtual clusters, gateways and filter chains."""

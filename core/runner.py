@@ -1,0 +1,84 @@
+"""Starts everything a config file configures and stops it cleanly on SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from bergstream.core.backends import ServiceContext
+from bergstream.core.config import BergstreamConfig
+from bergstream.core.plugins import PluginRegistry
+from bergstream.core.service import Service
+
+log = logging.getLogger("bergstream.runner")
+
+
+def bergstream_home() -> Path:
+    """``$BERGSTREAM_HOME`` or ``./.bergstream``, as an absolute path."""
+    return Path(os.environ.get("BERGSTREAM_HOME", ".bergstream")).resolve()
+
+
+def build_services(config: BergstreamConfig, registry: PluginRegistry) -> list[Service]:
+    """One service per virtual cluster (its proxy) and per ``services:`` entry, in config order."""
+    from bergstream.core.proxy.server import ProxyServer, build_filter_factories
+
+    services: list[Service] = []
+    for cluster in config.virtual_clusters:
+        factories = build_filter_factories(cluster, config, registry)
+        services.append(ProxyServer(cluster, factories))
+    context = ServiceContext(config=config, plugins=registry, home=bergstream_home())
+    for instance in config.services:
+        registration = registry.get("service", instance.type)
+        services.append(registration.factory(instance.settings, context))
+    return services
+
+
+async def run_services(
+    services: list[Service], stop: asyncio.Event, on_ready: Callable[[], None] | None = None
+) -> None:
+    """Start ``services`` in order, call ``on_ready``, wait for ``stop``, then stop in reverse.
+
+    If one fails to start, the ones already started are stopped before the error propagates.
+    """
+    started: list[Service] = []
+    try:
+        for service in services:
+            await service.start()
+            started.append(service)
+            log.info("started %s", service.name)
+        if on_ready is not None:
+            on_ready()
+        await stop.wait()
+    finally:
+        for service in reversed(started):
+            try:
+                await service.stop()
+                log.info("stopped %s", service.name)
+            except Exception:
+                log.exception("stopping %s failed", service.name)
+
+
+def run_until_signalled(config: BergstreamConfig, registry: PluginRegistry) -> None:
+    """Run the config's services until SIGTERM or SIGINT, then stop them cleanly."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        services = build_services(config, registry)
+        if not services:
+            log.warning("%s configures no virtual cluster and no service", config.source)
+        names = ", ".join(service.name for service in services)
+        await run_services(
+            services,
+            stop,
+            lambda: print(f"bergstream: ready: {names}", file=sys.stderr, flush=True),
+        )
+
+    asyncio.run(main())

@@ -1,0 +1,1 @@
+"""Plugins shipped with bergstream. Each registers through the `bergstream` entry-point group."""

@@ -1,0 +1,1 @@
+"""bergstream.plugins.cache_backends (see ARCHITECTURE.md)."""

@@ -1,0 +1,1 @@
+"""bergstream.plugins.index_backends (see ARCHITECTURE.md)."""

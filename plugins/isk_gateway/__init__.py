@@ -1,0 +1,1 @@
+"""bergstream.plugins.isk_gateway (see ARCHITECTURE.md)."""

@@ -1,0 +1,1 @@
+"""bergstream.plugins.ksi_fetch_filter (see ARCHITECTURE.md)."""

@@ -1,0 +1,86 @@
+"""Plugin discovery, typed registrations and conflict errors."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from pydantic import BaseModel
+
+from bergstream.core import hookspecs
+from bergstream.core.hookspecs import hookimpl
+from bergstream.core.plugins import REGISTRATION_HOOKS, PluginError, load_registry
+from bergstream.core.registrations import CacheBackendRegistration, FilterRegistration
+
+
+class Cfg(BaseModel):
+    pass
+
+
+def _filter_plugin(name: str):
+    class Plugin:
+        @hookimpl
+        def register_filters(self):
+            return [FilterRegistration(name=name, factory=object, config_model=Cfg)]
+
+    return Plugin()
+
+
+def test_registrations_are_indexed_by_kind_and_name():
+    registry = load_registry([_filter_plugin("a"), _filter_plugin("b")], entry_points=False)
+    assert sorted(registry.registrations("filter")) == ["a", "b"]
+    assert registry.get("filter", "a").name == "a"
+    assert registry.registrations("cache backend") == {}
+
+
+def test_conflicting_names_name_both_plugins():
+    with pytest.raises(PluginError) as info:
+        load_registry([_filter_plugin("same"), _filter_plugin("same")], entry_points=False)
+    message = str(info.value)
+    assert "filter 'same' is registered by both plugin" in message
+    assert "uninstall one of them or rename" in message
+
+
+def test_wrong_registration_type_is_an_error():
+    class Plugin:
+        @hookimpl
+        def register_filters(self):
+            return [CacheBackendRegistration(name="x", factory=object, config_model=Cfg)]
+
+    with pytest.raises(PluginError, match="must return FilterRegistration objects"):
+        load_registry([Plugin()], entry_points=False)
+
+
+def test_missing_plugin_lists_installed():
+    registry = load_registry([_filter_plugin("a")], entry_points=False)
+    with pytest.raises(PluginError, match="no filter plugin named 'zz' is installed; installed: a"):
+        registry.get("filter", "zz")
+
+
+def test_plugin_infos_list_hooks_and_registrations():
+    registry = load_registry([_filter_plugin("a")], entry_points=False)
+    [info] = registry.plugin_infos()
+    assert info.hooks == ("register_filters",)
+    assert info.registrations == (("filter", "a"),)
+
+
+def _hookspec_functions():
+    return [
+        (name, fn)
+        for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
+        if hasattr(fn, "bergstream_spec")
+    ]
+
+
+def test_every_hook_is_documented():
+    specs = _hookspec_functions()
+    assert len(specs) >= 7
+    for name, fn in specs:
+        doc = inspect.getdoc(fn) or ""
+        assert len(doc.split()) >= 12, f"hook {name} needs a docstring saying what it registers"
+
+
+def test_every_registration_hook_is_a_hookspec():
+    names = {name for name, _ in _hookspec_functions()}
+    for hook_name, _ in REGISTRATION_HOOKS.values():
+        assert hook_name in names
