@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import click
+
 from bergstream.core import __version__
 from bergstream.core.config import ConfigError, load_config
 from bergstream.core.plugins import PluginError, PluginRegistry, load_registry
@@ -163,6 +164,30 @@ def stack_env_command() -> None:
     try:
         click.echo(stack_env().as_exports())
     except StackError as error:
+        raise click.ClickException(str(error)) from None
+
+
+@cli.command("quickstart")
+@click.option(
+    "-c",
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path),
+    default=Path("examples/proxy.yaml"),
+    show_default=True,
+    help="Proxy config to run (a virtual cluster in front of the stack's Kafka).",
+)
+@click.option("--records", default=10_000, show_default=True, help="Records to round-trip.")
+def quickstart_command(config_file: Path, records: int) -> None:
+    """Start the local stack, run the proxy and move records through it, end to end."""
+    import asyncio
+
+    from bergstream.core.quickstart import run_quickstart
+    from bergstream.core.stack import StackError
+
+    try:
+        asyncio.run(run_quickstart(config_file, records, lambda line: click.echo(f"==> {line}")))
+    except (ConfigError, StackError, PluginError, RuntimeError, OSError) as error:
         raise click.ClickException(str(error)) from None
 
 

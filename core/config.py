@@ -259,38 +259,57 @@ def _pydantic_problems(error: ValidationError, prefix: Loc = ()) -> list[tuple[L
     return out
 
 
+def _plugin_sections(data: Mapping[str, Any]) -> list[tuple[Loc, Mapping[str, Any], str]]:
+    """Every ``{type, config}`` block of the raw data, with its location and plugin kind."""
+    sections: list[tuple[Loc, Mapping[str, Any], str]] = []
+    clusters = data.get("virtual_clusters")
+    for ci, cluster in enumerate(clusters if isinstance(clusters, list) else []):
+        filters = cluster.get("filters") if isinstance(cluster, dict) else None
+        for fi, block in enumerate(filters if isinstance(filters, list) else []):
+            sections.append((("virtual_clusters", ci, "filters", fi), block, "filter"))
+    services = data.get("services")
+    for si, block in enumerate(services if isinstance(services, list) else []):
+        sections.append((("services", si), block, "service"))
+    return [(loc, block, kind) for loc, block, kind in sections if isinstance(block, dict)]
+
+
 def _validate_plugins(
-    config: BergstreamConfig, registry: PluginRegistry | None
-) -> list[tuple[Loc, str]]:
-    if registry is None:
-        return []
+    data: Mapping[str, Any], registry: PluginRegistry
+) -> tuple[dict[Loc, BaseModel], list[tuple[Loc, str]]]:
+    """Resolve each plugin ``type`` and validate its ``config``; works on raw data so plugin
+    problems are reported even when the rest of the file has problems too."""
+    settings: dict[Loc, BaseModel] = {}
     problems: list[tuple[Loc, str]] = []
-    sections: list[tuple[Loc, PluginInstanceConfig, str]] = []
-    for ci, cluster in enumerate(config.virtual_clusters):
-        for fi, instance in enumerate(cluster.filters):
-            sections.append((("virtual_clusters", ci, "filters", fi), instance, "filter"))
-    for si, instance in enumerate(config.services):
-        sections.append((("services", si), instance, "service"))
-    for loc, instance, kind in sections:
+    for loc, block, kind in _plugin_sections(data):
+        name = block.get("type")
+        if not isinstance(name, str):
+            continue  # the model validation reports a missing or non-string type
         registered: dict[str, Registration] = registry.registrations(kind)
-        registration = registered.get(instance.type)
+        registration = registered.get(name)
         if registration is None:
             names = ", ".join(sorted(registered)) or "none"
             problems.append(
                 (
                     (*loc, "type"),
-                    f"no {kind} plugin named '{instance.type}' is installed; "
-                    f"installed {kind}s: {names}",
+                    f"no {kind} plugin named '{name}' is installed; installed {kind}s: {names}",
                 )
             )
             continue
         try:
-            settings = registration.config_model.model_validate(instance.config)
+            settings[loc] = registration.config_model.model_validate(block.get("config") or {})
         except ValidationError as error:
             problems.extend(_pydantic_problems(error, (*loc, "config")))
-            continue
-        object.__setattr__(instance, "settings", settings)
-    return problems
+    return settings, problems
+
+
+def _attach_settings(config: BergstreamConfig, settings: Mapping[Loc, BaseModel]) -> None:
+    for ci, cluster in enumerate(config.virtual_clusters):
+        for fi, instance in enumerate(cluster.filters):
+            object.__setattr__(
+                instance, "settings", settings[("virtual_clusters", ci, "filters", fi)]
+            )
+    for si, instance in enumerate(config.services):
+        object.__setattr__(instance, "settings", settings[("services", si)])
 
 
 def parse_config(
@@ -335,8 +354,11 @@ def parse_config(
             config = BergstreamConfig.model_validate({**data, "source": source})
         except ValidationError as error:
             found.extend(_pydantic_problems(error))
-    if config is not None:
-        found.extend(_validate_plugins(config, registry))
+        if registry is not None:
+            settings, plugin_problems = _validate_plugins(data, registry)
+            found.extend(plugin_problems)
+            if config is not None and not plugin_problems:
+                _attach_settings(config, settings)
     if found:
         raise ConfigError(
             [

@@ -1,0 +1,61 @@
+"""The command line, in-process with click's runner."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from bergstream.core import __version__
+from bergstream.core.cli import cli
+
+GOOD = """
+virtual_clusters:
+  - name: demo
+    target: {bootstrap: "${KAFKA:-127.0.0.1:9092}"}
+    gateway: {port: 19092}
+"""
+
+
+def test_version():
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0
+    assert __version__ in result.output
+
+
+def test_config_check_good(tmp_path):
+    path = tmp_path / "good.yaml"
+    path.write_text(GOOD)
+    result = CliRunner().invoke(cli, ["config", "check", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "OK (1 virtual cluster(s), 0 filter(s), 0 service(s))" in result.output
+
+
+def test_config_check_bad_lists_every_problem(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(GOOD.replace("19092", "nope") + "    filters: [{type: no-such-filter}]\n")
+    result = CliRunner().invoke(cli, ["config", "check", str(path)])
+    assert result.exit_code == 1
+    assert f"{path}:5: virtual_clusters[0].gateway.port" in result.output
+    assert "virtual_clusters[0].filters[0].type: no filter plugin named 'no-such-filter'" in (
+        result.output
+    )
+    assert "2 problem(s)" in result.output
+
+
+def test_config_check_missing_file(tmp_path):
+    result = CliRunner().invoke(cli, ["config", "check", str(tmp_path / "none.yaml")])
+    assert result.exit_code == 1
+    assert "cannot read the file" in result.output
+
+
+def test_run_refuses_a_bad_config(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("virtual_clusters: 3\n")
+    result = CliRunner().invoke(cli, ["run", "-c", str(path)])
+    assert result.exit_code == 1
+    assert "virtual_clusters" in result.output
+
+
+def test_plugins_lists_json():
+    result = CliRunner().invoke(cli, ["plugins", "--json"])
+    assert result.exit_code == 0
+    assert result.output.strip().startswith("[")
