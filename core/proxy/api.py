@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
+    from kio.static.protocol import RequestHeader, RequestPayload, ResponsePayload
+
     from bergstream.core.config import BergstreamConfig
     from bergstream.core.plugins import PluginRegistry
-    from kio.static.protocol import RequestHeader, RequestPayload, ResponsePayload
 
 
 @dataclass(frozen=True, slots=True)
