@@ -18,6 +18,7 @@ import pluggy
 
 if TYPE_CHECKING:
     import click
+
     from bergstream.core.registrations import (
         CacheBackendRegistration,
         FileSynthesizerRegistration,

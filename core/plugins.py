@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 import pluggy
+
 from bergstream.core import hookspecs
 from bergstream.core.registrations import (
     CacheBackendRegistration,

@@ -111,8 +111,9 @@ def test_unknown_filter_lists_installed_names(registry):
 
 
 def test_bad_plugin_config_names_the_key(registry):
-    out = problems(GOOD.replace("{label: hello}", "{label: hello, weight: heavy, colour: red}"),
-                   registry)
+    out = problems(
+        GOOD.replace("{label: hello}", "{label: hello, weight: heavy, colour: red}"), registry
+    )
     assert any("virtual_clusters[0].filters[0].config.weight" in p and "heavy" in p for p in out)
     assert any("virtual_clusters[0].filters[0].config.colour: unknown key" in p for p in out)
 

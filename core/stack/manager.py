@@ -1,0 +1,510 @@
+"""``stack up`` / ``stack down`` / ``stack status`` / ``stack env``: the local stack by PID."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import time
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import kafka_broker, redis_server, s3_server
+from .env import StackEnv
+from .paths import COMPONENTS, StackError, StackPaths
+from .ports import free_ports, port_is_free, wait_closed
+from .procs import START_MARK, find_strays, owned, pid_alive, spawn_detached, terminate
+
+__all__ = ["stack_down", "stack_env", "stack_status", "stack_up"]
+
+_STATE_FORMAT = 1
+_S3_ACCESS_KEY = "bergstream"
+_UP_HINT = "run `bergstream stack up`"
+
+
+# --------------------------------------------------------------------------------------------
+# State: home/stack.json
+
+
+@dataclass
+class _State:
+    home: str
+    s3_access_key: str
+    s3_secret_key: str
+    components: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": _STATE_FORMAT,
+                "home": self.home,
+                "s3_access_key": self.s3_access_key,
+                "s3_secret_key": self.s3_secret_key,
+                "components": self.components,
+            },
+            indent=2,
+            sort_keys=True,
+        )
+
+
+def _load(paths: StackPaths, *, create: bool) -> _State | None:
+    try:
+        raw = json.loads(paths.state_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if not create:
+            return None
+        return _State(
+            home=str(paths.home),
+            s3_access_key=_S3_ACCESS_KEY,
+            s3_secret_key=secrets.token_hex(20),
+        )
+    except (OSError, ValueError) as exc:
+        raise StackError(
+            f"cannot read {paths.state_file} ({exc}); stop any servers left running by hand, "
+            f"remove the file, then {_UP_HINT}"
+        ) from exc
+    return _State(
+        home=raw.get("home", str(paths.home)),
+        s3_access_key=raw.get("s3_access_key") or _S3_ACCESS_KEY,
+        s3_secret_key=raw.get("s3_secret_key") or secrets.token_hex(20),
+        components={k: dict(v) for k, v in raw.get("components", {}).items()},
+    )
+
+
+def _save(paths: StackPaths, state: _State) -> None:
+    tmp = paths.state_file.with_name(f".stack.json.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds the S3 secret
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(state.to_json() + "\n")
+    tmp.replace(paths.state_file)
+
+
+@contextlib.contextmanager
+def _locked(paths: StackPaths) -> Iterator[None]:
+    paths.home.mkdir(parents=True, exist_ok=True)
+    with open(paths.lock_file, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------------------------
+# Components
+
+
+@dataclass(frozen=True)
+class _Prereqs:
+    binary: str
+    version: str
+
+
+class _Component:
+    name: str
+    port_names: tuple[str, ...]
+    comms: tuple[str, ...]  # executable names, to find processes stack.json lost
+    ready_timeout: float
+    stop_timeout: float
+
+    def check(self) -> _Prereqs:
+        raise NotImplementedError
+
+    def choose_ports(self, previous: dict[str, int] | None, exclude: set[int]) -> dict[str, int]:
+        return _choose_ports(self.port_names, previous, exclude)
+
+    def launch(
+        self, paths: StackPaths, state: _State, entry: dict[str, Any], pre: _Prereqs
+    ) -> tuple[list[str], dict[str, str] | None]:
+        raise NotImplementedError
+
+    def probe(self, state: _State, entry: dict[str, Any]) -> tuple[bool, str]:
+        raise NotImplementedError
+
+    def address(self, entry: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+
+class _Kafka(_Component):
+    name = "kafka"
+    port_names = ("broker", "controller")
+    comms = ("java",)
+    ready_timeout = 180.0
+    stop_timeout = 60.0
+
+    def check(self) -> _Prereqs:
+        java = kafka_broker.find_java()
+        return _Prereqs(java, kafka_broker.KAFKA_VERSION)
+
+    def launch(
+        self, paths: StackPaths, state: _State, entry: dict[str, Any], pre: _Prereqs
+    ) -> tuple[list[str], dict[str, str] | None]:
+        cluster_id = entry.setdefault("cluster_id", kafka_broker.new_cluster_id())
+        ports = entry["ports"]
+        t0 = time.monotonic()
+        argv = kafka_broker.prepare_broker(
+            paths, pre.binary, ports["broker"], ports["controller"], cluster_id
+        )
+        entry["prepare_seconds"] = round(time.monotonic() - t0, 3)
+        return argv, None
+
+    def probe(self, state: _State, entry: dict[str, Any]) -> tuple[bool, str]:
+        ok = kafka_broker.probe_broker(entry["ports"]["broker"])
+        return ok, "" if ok else "broker not registered yet"
+
+    def address(self, entry: dict[str, Any]) -> str:
+        return f"127.0.0.1:{entry['ports']['broker']}"
+
+
+class _S3(_Component):
+    name = "s3"
+    port_names = s3_server.S3_PORT_NAMES
+    comms = ("weed",)
+    ready_timeout = 90.0
+    stop_timeout = 20.0
+
+    def check(self) -> _Prereqs:
+        weed = s3_server.find_weed()
+        return _Prereqs(weed, s3_server.weed_version(weed))
+
+    def choose_ports(self, previous: dict[str, int] | None, exclude: set[int]) -> dict[str, int]:
+        return s3_server.choose_s3_ports(previous, exclude)
+
+    def launch(
+        self, paths: StackPaths, state: _State, entry: dict[str, Any], pre: _Prereqs
+    ) -> tuple[list[str], dict[str, str] | None]:
+        return s3_server.weed_command(
+            paths, pre.binary, entry["ports"], state.s3_access_key, state.s3_secret_key
+        )
+
+    def probe(self, state: _State, entry: dict[str, Any]) -> tuple[bool, str]:
+        status = s3_server.probe_s3(entry["ports"]["s3"], state.s3_access_key, state.s3_secret_key)
+        if status == 200:
+            return True, ""
+        if status is None:
+            return False, "S3 port not answering"
+        return False, f"signed ListBuckets answered HTTP {status}"
+
+    def address(self, entry: dict[str, Any]) -> str:
+        return f"http://127.0.0.1:{entry['ports']['s3']}"
+
+
+class _Redis(_Component):
+    name = "redis"
+    port_names = ("redis",)
+    comms = ("redis-server", "redis-check-rdb")
+    ready_timeout = 30.0
+    stop_timeout = 10.0
+
+    def check(self) -> _Prereqs:
+        binary = redis_server.find_redis_server()
+        return _Prereqs(binary, redis_server.redis_version(binary))
+
+    def launch(
+        self, paths: StackPaths, state: _State, entry: dict[str, Any], pre: _Prereqs
+    ) -> tuple[list[str], dict[str, str] | None]:
+        return redis_server.redis_command(paths, pre.binary, entry["ports"]["redis"]), None
+
+    def probe(self, state: _State, entry: dict[str, Any]) -> tuple[bool, str]:
+        ok = redis_server.probe_redis(entry["ports"]["redis"])
+        return ok, "" if ok else "no PONG"
+
+    def address(self, entry: dict[str, Any]) -> str:
+        return f"redis://127.0.0.1:{entry['ports']['redis']}/0"
+
+
+_REGISTRY: dict[str, _Component] = {c.name: c for c in (_Kafka(), _S3(), _Redis())}
+assert set(_REGISTRY) == set(COMPONENTS)
+
+
+def _select(components: Collection[str] | None) -> list[str]:
+    if components is None:
+        return list(COMPONENTS)
+    if isinstance(components, str):
+        components = {components}
+    unknown = set(components) - set(COMPONENTS)
+    if unknown:
+        raise StackError(
+            f"unknown stack component(s) {', '.join(sorted(unknown))}: "
+            f"choose from {', '.join(COMPONENTS)}"
+        )
+    return [name for name in COMPONENTS if name in components]
+
+
+def _running(paths: StackPaths, name: str, entry: dict[str, Any] | None) -> bool:
+    if not entry:
+        return False
+    return owned(entry.get("pid"), paths.component_dir(name))
+
+
+def _choose_ports(
+    names: tuple[str, ...], previous: dict[str, int] | None, exclude: set[int]
+) -> dict[str, int]:
+    """Keep the previous ports where they are still free, pick new free ones for the rest."""
+    previous = previous or {}
+    chosen: dict[str, int] = {}
+    used = set(exclude)
+    for name in names:
+        port = previous.get(name)
+        if port and port not in used and port_is_free(port):
+            chosen[name] = port
+            used.add(port)
+    missing = [name for name in names if name not in chosen]
+    for name, port in zip(missing, free_ports(len(missing), used), strict=True):
+        chosen[name] = port
+    return chosen
+
+
+def _log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _env(paths: StackPaths, state: _State, names: Collection[str]) -> StackEnv:
+    entries = state.components
+    kafka = entries.get("kafka") if "kafka" in names else None
+    s3 = entries.get("s3") if "s3" in names else None
+    redis = entries.get("redis") if "redis" in names else None
+    return StackEnv(
+        home=paths.home,
+        kafka_bootstrap=_REGISTRY["kafka"].address(kafka) if kafka else None,
+        s3_endpoint=_REGISTRY["s3"].address(s3) if s3 else None,
+        s3_access_key=state.s3_access_key if s3 else None,
+        s3_secret_key=state.s3_secret_key if s3 else None,
+        redis_url=_REGISTRY["redis"].address(redis) if redis else None,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+
+
+def stack_up(home: Path | None = None, components: set[str] | None = None) -> StackEnv:
+    """Start the local stack (``components``: any of ``kafka``, ``s3``, ``redis``; default all) as
+    detached background processes on free 127.0.0.1 ports and wait until each is ready.
+
+    Idempotent: components already running and healthy are left alone (same PIDs and ports); a
+    component whose process died is started again, on its previous ports if they are free.
+    State is kept in ``home/stack.json``, logs in ``home/logs``. Returns the environment of every
+    component running in this home. Raises StackError if a prerequisite is missing (nothing is
+    started then) or a component does not become ready (its log tail is in the message).
+    """
+    paths = StackPaths.resolve(home)
+    wanted = _select(components)
+    paths.ensure()
+    with _locked(paths):
+        state = _load(paths, create=True)
+        assert state is not None
+        to_start = [n for n in wanted if not _running(paths, n, state.components.get(n))]
+        prereqs = {name: _REGISTRY[name].check() for name in to_start}  # fail before starting
+        failures = _launch(paths, state, wanted, to_start, prereqs)
+        # A port chosen free can be taken before the server binds it: retry those once.
+        raced = [n for n in failures if _lost_port_race(paths, n)]
+        if raced:
+            for name in raced:
+                state.components[name].pop("ports", None)
+            failures = {n: why for n, why in failures.items() if n not in raced}
+            failures.update(_launch(paths, state, raced, raced, prereqs))
+        if failures:
+            _raise_failures(paths, failures)
+        _save(paths, state)
+        running = [n for n in COMPONENTS if _running(paths, n, state.components.get(n))]
+        return _env(paths, state, running)
+
+
+def _launch(
+    paths: StackPaths,
+    state: _State,
+    wanted: list[str],
+    to_start: list[str],
+    prereqs: dict[str, _Prereqs],
+) -> dict[str, str]:
+    """Start ``to_start`` and wait for all of ``wanted``; return the failures."""
+    # Prepare everything first (Kafka: download jars, format storage), then spawn together,
+    # so the slow preparation does not count against anyone's readiness timeout.
+    launches = {}
+    try:
+        for name in to_start:
+            launches[name] = _prepare(paths, state, name, prereqs[name])
+    finally:
+        _save(paths, state)
+    spawned: dict[str, float] = {}
+    try:
+        for name, (argv, env) in launches.items():
+            spawned[name] = _spawn(paths, state, name, argv, env)
+    finally:
+        _save(paths, state)
+    return _wait_ready(paths, state, wanted, spawned)
+
+
+def _prepare(
+    paths: StackPaths, state: _State, name: str, pre: _Prereqs
+) -> tuple[list[str], dict[str, str] | None]:
+    """Choose ports and write the config of one component; return its command and environment."""
+    comp = _REGISTRY[name]
+    entry = state.components.setdefault(name, {})
+    entry.pop("pid", None)
+    others = {
+        port
+        for other, e in state.components.items()
+        if other != name
+        for port in e.get("ports", {}).values()
+    }
+    entry["ports"] = comp.choose_ports(entry.get("ports"), others)
+    entry["version"] = pre.version
+    entry["ready_seconds"] = None
+    paths.component_dir(name).mkdir(parents=True, exist_ok=True)
+    return comp.launch(paths, state, entry, pre)
+
+
+def _spawn(
+    paths: StackPaths, state: _State, name: str, argv: list[str], env: dict[str, str] | None
+) -> float:
+    """Start one prepared component; return the monotonic time it was spawned."""
+    entry = state.components[name]
+    log = paths.log_file(name)
+    entry["pid"] = spawn_detached(argv, cwd=paths.component_dir(name), log_file=log, env=env)
+    entry["started_at"] = time.time()
+    return time.monotonic()
+
+
+def _wait_ready(
+    paths: StackPaths, state: _State, names: list[str], spawned: dict[str, float]
+) -> dict[str, str]:
+    """Wait until every component in ``names`` answers its probe. Components that die or time
+    out are stopped and returned as ``{name: why}``."""
+    now = time.monotonic()
+    deadlines = {n: spawned.get(n, now) + _REGISTRY[n].ready_timeout for n in names}
+    pending = list(names)
+    failures: dict[str, str] = {}
+    while pending:
+        for name in list(pending):
+            comp, entry = _REGISTRY[name], state.components[name]
+            ok, detail = comp.probe(state, entry)
+            if ok:
+                if name in spawned:
+                    entry["ready_seconds"] = round(time.monotonic() - spawned[name], 3)
+                pending.remove(name)
+            elif not pid_alive(entry.get("pid")):
+                failures[name] = "its process exited during start-up"
+                pending.remove(name)
+            elif time.monotonic() > deadlines[name]:
+                failures[name] = f"not ready after {comp.ready_timeout:.0f} s ({detail})"
+                pending.remove(name)
+        if pending:
+            time.sleep(0.1)
+    if not failures:
+        return failures
+    terminate(
+        {
+            state.components[n]["pid"]: _REGISTRY[n].stop_timeout
+            for n in failures
+            if pid_alive(state.components[n].get("pid"))
+        }
+    )
+    for name in failures:
+        state.components[name].pop("pid", None)
+    _save(paths, state)
+    return failures
+
+
+def _lost_port_race(paths: StackPaths, name: str) -> bool:
+    """True if the last start of ``name`` failed because a port was taken after it was chosen."""
+    try:
+        text = paths.log_file(name).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return "already in use" in text[max(text.rfind(START_MARK), 0) :].lower()
+
+
+def _raise_failures(paths: StackPaths, failures: dict[str, str]) -> None:
+    report = "\n\n".join(
+        f"{name}: {why}; last lines of {paths.log_file(name)}:\n{_log_tail(paths.log_file(name))}"
+        for name, why in failures.items()
+    )
+    raise StackError(f"the local stack in {paths.home} did not come up:\n{report}")
+
+
+def stack_down(home: Path | None = None) -> list[str]:
+    """Stop every server of the local stack in ``home``: SIGTERM to its process group, SIGKILL
+    after a timeout; servers that ``stack.json`` lost track of (same working directory and
+    executable) are stopped too. Removes the PIDs from ``stack.json`` (ports, versions and S3
+    keys stay for the next ``stack up``) and returns the names of the components stopped."""
+    paths = StackPaths.resolve(home)
+    if not paths.home.is_dir():
+        return []
+    with _locked(paths):
+        state = _load(paths, create=False)
+        targets: dict[int, float] = {}
+        stopped: list[str] = []
+        ports: list[int] = []
+        for name in COMPONENTS:
+            comp = _REGISTRY[name]
+            entry = state.components.get(name) if state else None
+            pids = set(find_strays(paths.component_dir(name), comp.comms))
+            if entry and _running(paths, name, entry):
+                pids.add(entry["pid"])
+            if pids:
+                stopped.append(name)
+                targets.update(dict.fromkeys(pids, comp.stop_timeout))
+                if entry:
+                    ports.extend(entry.get("ports", {}).values())
+        terminate(targets)
+        if state is not None:
+            for entry in state.components.values():
+                entry.pop("pid", None)
+            _save(paths, state)
+            if "s3" in stopped:
+                s3_server.remove_sockets(paths, state.components.get("s3", {}).get("ports", {}))
+        wait_closed(ports, timeout=10.0)
+        return stopped
+
+
+def stack_status(home: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Per component (``kafka``, ``s3``, ``redis``): ``pid`` (or None), ``running``, ``address``
+    (or None), ``ports``, ``version``, ``log`` and timings of the last start
+    (``ready_seconds``: spawn to ready)."""
+    paths = StackPaths.resolve(home)
+    state = _load(paths, create=False) if paths.home.is_dir() else None
+    status: dict[str, dict[str, Any]] = {}
+    for name in COMPONENTS:
+        entry = (state.components.get(name) if state else None) or {}
+        running = _running(paths, name, entry)
+        status[name] = {
+            "pid": entry.get("pid") if running else None,
+            "running": running,
+            "address": _REGISTRY[name].address(entry) if running else None,
+            "ports": dict(entry.get("ports", {})),
+            "version": entry.get("version"),
+            "ready_seconds": entry.get("ready_seconds"),
+            "log": str(paths.log_file(name)),
+        }
+    return status
+
+
+def stack_env(home: Path | None = None) -> StackEnv:
+    """The environment of the running local stack in ``home``, from ``stack.json``. Raises
+    StackError (telling to run ``bergstream stack up``) if it is not up or a component that was
+    started has since died."""
+    paths = StackPaths.resolve(home)
+    state = _load(paths, create=False) if paths.home.is_dir() else None
+    if state is None:
+        raise StackError(f"the local stack is not up (no {paths.state_file}): {_UP_HINT}")
+    started = [n for n in COMPONENTS if state.components.get(n, {}).get("pid")]
+    running = [n for n in started if _running(paths, n, state.components[n])]
+    if not started:
+        raise StackError(f"the local stack in {paths.home} is not up: {_UP_HINT}")
+    dead = [n for n in started if n not in running]
+    if dead:
+        raise StackError(
+            f"{', '.join(dead)} of the local stack in {paths.home} is not running: "
+            f"{_UP_HINT} to restart it"
+        )
+    return _env(paths, state, running)

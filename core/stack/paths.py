@@ -1,0 +1,69 @@
+"""Where the local stack keeps its state, data, logs and downloads."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["COMPONENTS", "StackError", "StackPaths"]
+
+#: Every component the local stack knows, in start order.
+COMPONENTS: tuple[str, ...] = ("redis", "s3", "kafka")
+
+
+class StackError(RuntimeError):
+    """The local stack cannot do what was asked; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class StackPaths:
+    """The directories of one local stack.
+
+    ``home`` holds ``stack.json`` (pids, ports, versions), per-component data and ``logs/``;
+    ``cache`` holds downloads shared by every home (the Kafka jars).
+    """
+
+    home: Path
+    cache: Path
+
+    @classmethod
+    def resolve(cls, home: Path | str | None = None, cache: Path | str | None = None) -> StackPaths:
+        """Resolve the paths: ``home`` or ``$BERGSTREAM_HOME`` or ``./.bergstream``; ``cache`` or
+        ``$BERGSTREAM_CACHE`` or ``~/.cache/bergstream``. Both are made absolute, not created."""
+        if home is None:
+            home = os.environ.get("BERGSTREAM_HOME") or ".bergstream"
+        if cache is None:
+            cache = os.environ.get("BERGSTREAM_CACHE") or Path.home() / ".cache" / "bergstream"
+        return cls(
+            home=Path(home).expanduser().resolve(),
+            cache=Path(cache).expanduser().resolve(),
+        )
+
+    @property
+    def state_file(self) -> Path:
+        """``home/stack.json``: pids, ports, versions and S3 keys of this stack."""
+        return self.home / "stack.json"
+
+    @property
+    def lock_file(self) -> Path:
+        """A lock file serialising concurrent ``stack up`` / ``stack down`` on this home."""
+        return self.home / ".stack.lock"
+
+    @property
+    def logs(self) -> Path:
+        """``home/logs``: every server's stdout/stderr and Kafka's own log files."""
+        return self.home / "logs"
+
+    def component_dir(self, name: str) -> Path:
+        """The working and data directory of one component (``home/kafka`` etc.)."""
+        return self.home / name
+
+    def log_file(self, name: str) -> Path:
+        """Where a component's stdout and stderr go."""
+        return self.logs / f"{name}.log"
+
+    def ensure(self) -> None:
+        """Create home, logs and cache directories if missing."""
+        for directory in (self.home, self.logs, self.cache):
+            directory.mkdir(parents=True, exist_ok=True)

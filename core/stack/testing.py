@@ -1,0 +1,34 @@
+"""Helpers for test suites: the same ``stack up`` / ``stack down`` code path as the CLI."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from .env import StackEnv
+from .manager import stack_down, stack_up
+
+__all__ = ["running_stack", "session_stack", "stop_session_stack"]
+
+
+def session_stack(tmp_home: Path, components: set[str] | None = None) -> StackEnv:
+    """Bring the local stack up in ``tmp_home`` (``stack_up``) and return its environment; pair it
+    with ``stop_session_stack(tmp_home)`` in the fixture's teardown."""
+    return stack_up(home=tmp_home, components=components)
+
+
+def stop_session_stack(tmp_home: Path) -> list[str]:
+    """Stop the stack started by ``session_stack(tmp_home)`` (``stack_down``)."""
+    return stack_down(home=tmp_home)
+
+
+@contextlib.contextmanager
+def running_stack(tmp_home: Path, components: set[str] | None = None) -> Iterator[StackEnv]:
+    """Context manager: the stack is up inside the block and always stopped after it, e.g.
+    ``with running_stack(tmp_path_factory.mktemp("stack")) as env: yield env`` in a
+    session-scoped fixture."""
+    try:
+        yield session_stack(tmp_home, components)
+    finally:
+        stop_session_stack(tmp_home)
