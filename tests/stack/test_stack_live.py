@@ -33,6 +33,7 @@ from bergstream.core.stack import (
     stack_up,
 )
 from bergstream.core.stack.ports import port_is_open
+from bergstream.core.stack.procs import pid_alive
 from bergstream.core.stack.testing import session_stack
 
 pytestmark = pytest.mark.slow
@@ -67,11 +68,8 @@ def _pids(home: Path) -> dict[str, int]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    # A zombie (exited, not yet reaped by this test process, its parent) counts as stopped.
+    return pid_alive(pid)
 
 
 def _s3_client(env: StackEnv):  # type: ignore[no-untyped-def]
