@@ -56,6 +56,20 @@ def test_metadata_lists_only_proxy_addresses(run_proxy, kafka_bootstrap):
     assert len(metadata.topics[topic].partitions) == 3
 
 
+def test_sigterm_stops_the_proxy_cleanly(run_proxy):
+    import socket
+
+    proxy = run_proxy()
+    producer = Producer({"bootstrap.servers": proxy.bootstrap})
+    producer.produce(create_topic_through_proxy(proxy.bootstrap), value=b"x")
+    assert producer.flush(20) == 0
+    assert proxy.stop() == 0, proxy.log()
+    for address in proxy_ports(proxy.bootstrap):
+        host, port = address.rsplit(":", 1)
+        with socket.socket() as probe:
+            assert probe.connect_ex((host, int(port))) != 0, f"{address} still accepts"
+
+
 def test_confluent_kafka_round_trip(run_proxy):
     proxy = run_proxy()
     topic = create_topic_through_proxy(proxy.bootstrap)
