@@ -1,1 +1,18 @@
-"""The Kafka protocol proxy: virtual clusters, gateways and filter chains."""
+"""The Kafka protocol proxy: virtual clusters, gateways and filter chains (Kroxylicious model).
+
+Modules, each with one job (nothing is re-exported here, so importing the filter API stays
+cheap):
+
+* :mod:`~bergstream.core.proxy.api` -- the filter API plugins implement.
+* :mod:`~bergstream.core.proxy.server` -- :class:`ProxyServer` (one virtual cluster, a
+  :class:`~bergstream.core.service.Service`) and :func:`build_filter_factories`.
+* :mod:`~bergstream.core.proxy.connection` -- one client connection: framing, correlation ids,
+  ordering, backpressure, out-of-band requests.
+* :mod:`~bergstream.core.proxy.chain` -- running a connection's filters.
+* :mod:`~bergstream.core.proxy.internal_filters` -- ApiVersions capping, broker address rewriting.
+* :mod:`~bergstream.core.proxy.upstream` -- connecting to the target cluster, its node map.
+* :mod:`~bergstream.core.proxy.frames` / :mod:`~bergstream.core.proxy.scan` -- bytes-level work.
+* :mod:`~bergstream.core.proxy.codec` / :mod:`~bergstream.core.proxy.versions` -- kio.
+* :mod:`~bergstream.core.proxy.errors` -- error responses built from requests.
+* :mod:`~bergstream.core.proxy.tls` / :mod:`~bergstream.core.proxy.log` -- TLS contexts, loggers.
+"""
