@@ -23,31 +23,9 @@ import uuid
 from pathlib import Path
 
 from bergstream.core.stack import kafka_tool_command, stack_down, stack_up
+from bergstream.core.stack.ports import free_port_block
 
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
-
-
-def free_port_block(count: int) -> int:
-    """First of ``count`` consecutive free ports on 127.0.0.1."""
-    import socket
-
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                s.bind(("127.0.0.1", port))
-                sockets.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise RuntimeError("no free port block")
 
 
 def start_proxy(kafka: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ProxyProcess, free_port_block, pump_stderr
+from bergstream.core.stack.ports import free_port_block
+from tests.support import ProxyProcess, pump_stderr
 
 REPO = Path(__file__).resolve().parent.parent
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")

@@ -7,7 +7,14 @@ import socket
 import time
 from collections.abc import Iterable
 
-__all__ = ["free_port", "free_port_pairs", "free_ports", "port_is_free", "port_is_open"]
+__all__ = [
+    "free_port",
+    "free_port_block",
+    "free_port_pairs",
+    "free_ports",
+    "port_is_free",
+    "port_is_open",
+]
 
 HOST = "127.0.0.1"
 
@@ -64,6 +71,17 @@ def free_ports(count: int, exclude: Iterable[int] = (), host: str = HOST) -> lis
             taken.add(port)
             chosen.append(port)
     return chosen
+
+
+def free_port_block(count: int, host: str = HOST) -> int:
+    """First port of ``count`` consecutive ports that are all free on ``host`` now (a proxy's
+    bootstrap port followed by its broker ports), drawn below the ephemeral range."""
+    rng = random.SystemRandom()
+    for _ in range(_ATTEMPTS):
+        base = rng.randrange(_LOW, _HIGH - count)
+        if all(port_is_free(port, host) for port in range(base, base + count)):
+            return base
+    raise OSError(f"no {count} consecutive free ports on {host} in {_LOW}-{_HIGH}")
 
 
 def free_port_pairs(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bergstream.core.stack.ports import free_port_block
 from tests.support import REPO
 
 pytestmark = pytest.mark.slow
@@ -20,7 +21,7 @@ def test_quickstart_runs_end_to_end(tmp_path):
     env = {
         **os.environ,
         "BERGSTREAM_HOME": str(tmp_path / "home"),
-        "BERGSTREAM_PROXY_PORT": str(_free_block()),
+        "BERGSTREAM_PROXY_PORT": str(free_port_block(4)),
     }
     try:
         result = subprocess.run(
@@ -43,9 +44,3 @@ def test_quickstart_runs_end_to_end(tmp_path):
         assert '"running": true' in status, "the stack keeps running after the quickstart"
     finally:
         subprocess.run([BERGSTREAM, "stack", "down"], env=env, capture_output=True, timeout=120)
-
-
-def _free_block() -> int:
-    from tests.support import free_port_block
-
-    return free_port_block(4)

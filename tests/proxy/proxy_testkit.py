@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import struct
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,31 +24,9 @@ from bergstream.core.proxy import codec
 from bergstream.core.proxy.api import FilterFactory, FilterFactoryContext, ProxyFilter
 from bergstream.core.proxy.versions import KIO_VERSIONS
 from bergstream.core.registrations import EmptyConfig
+from bergstream.core.stack.ports import free_port_block
 
 Handler = Callable[[RequestHeader, Any], Awaitable[ResponsePayload | None] | ResponsePayload | None]
-
-
-def free_port_block(count: int, host: str = "127.0.0.1") -> int:
-    """First port of ``count`` consecutive free ports."""
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind((host, 0))
-            base = probe.getsockname()[1]
-        if base + count > 65000:
-            continue
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket()
-                sockets.append(sock)
-                sock.bind((host, port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-    raise RuntimeError(f"no block of {count} free ports")
 
 
 def cluster_config(
