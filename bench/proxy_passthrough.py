@@ -11,6 +11,7 @@ runs alternate --rounds times and the best of each is compared, since the machin
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import signal
@@ -26,6 +27,7 @@ from bergstream.core.stack import kafka_tool_command, stack_down, stack_up
 from bergstream.core.stack.ports import free_port_block
 
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
+VERBOSITY: list[str] = []
 
 
 def start_proxy(kafka: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -41,7 +43,7 @@ def start_proxy(kafka: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str
     """)
     )
     log = open(workdir / "proxy.log", "wb")  # noqa: SIM115 - lives as long as the process
-    process = subprocess.Popen([BERGSTREAM, "run", "-c", str(config)], stderr=log)
+    process = subprocess.Popen([BERGSTREAM, *VERBOSITY, "run", "-c", str(config)], stderr=log)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if b"bergstream: ready" in (workdir / "proxy.log").read_bytes():
@@ -104,7 +106,7 @@ def produce(bootstrap: str, topic: str, records: int, size: int) -> float:
 
 def consume(bootstrap: str, topic: str, records: int) -> float:
     """Fetch MB/s of Kafka's ConsumerPerformance reading ``records`` from ``topic``."""
-    out = subprocess.run(
+    result = subprocess.run(
         kafka_tool_command(
             "consumer-perf-test",
             "--bootstrap-server",
@@ -122,12 +124,14 @@ def consume(bootstrap: str, topic: str, records: int) -> float:
         capture_output=True,
         text=True,
         timeout=1800,
-    ).stdout
-    lines = [line for line in out.splitlines() if line.strip()]
-    header = [h.strip() for h in lines[-2].split(",")]
-    values = [v.strip() for v in lines[-1].split(",")]
-    row = dict(zip(header, values, strict=False))
-    return float(row.get("fetch.MB.sec", row["MB.sec"]))
+    )
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    for header_line, value_line in itertools.pairwise(lines):
+        header = [h.strip() for h in header_line.split(",")]
+        if "fetch.MB.sec" in header:
+            row = dict(zip(header, (v.strip() for v in value_line.split(",")), strict=False))
+            return float(row["fetch.MB.sec"])
+    raise RuntimeError(f"consumer-perf-test printed no figures:\n{result.stdout}\n{result.stderr}")
 
 
 def main() -> None:

@@ -444,7 +444,8 @@ class ProxyConnection(asyncio.Protocol):
             return
         if out and self._upstream is not None:
             write_pieces(self._upstream, out)
-        if len(queue) <= BACKLOG_LIMIT:
+        # Not busy: the queue holds at most one incomplete frame, which must be read whole.
+        if not self._req_busy or len(queue) <= BACKLOG_LIMIT:
             self.resume_client("backlog")
 
     def _header_for_filters(
@@ -700,7 +701,9 @@ class ProxyConnection(asyncio.Protocol):
             return
         if out and self._client is not None:
             write_pieces(self._client, out)
-        if self._deferred_bytes + len(queue) > BACKLOG_LIMIT:
+        # What is left in the queue is at most one incomplete frame, which must be read whole:
+        # only complete frames set aside behind a busy filter count as backlog.
+        if self._deferred_bytes > BACKLOG_LIMIT:
             self._pause_upstream("backlog")
         else:
             self._resume_upstream("backlog")

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -134,3 +135,47 @@ def test_plugin_filter_runs_in_the_proxy(plugin_path, run_proxy, new_topic, kafk
     for i, headers in got.items():
         expected = [("original", b"kept")] if i % 2 else []
         assert headers == [*expected, ("x-proxied-by", b"bergstream example")]
+
+
+def test_large_requests_and_responses_pass_a_filtered_chain(plugin_path, run_proxy, new_topic):
+    """Produce requests and Fetch responses of several MB (larger than the proxy's backlog
+    bound) through a chain that decodes Produce and Fetch: nothing stalls, nothing is lost."""
+    proxy = run_proxy(FILTERS, env={"PYTHONPATH": plugin_path})
+    topic = new_topic(partitions=6)
+    count, value = 30_000, bytes(range(256)) * 4  # 1 KB values, ~30 MB in all
+    producer = Producer(
+        {
+            "bootstrap.servers": proxy.bootstrap,
+            "linger.ms": 200,
+            "batch.size": 1_000_000,
+            "message.max.bytes": 20_000_000,
+            "queue.buffering.max.kbytes": 200_000,
+        }
+    )
+    for i in range(count):
+        producer.produce(topic, key=b"%d" % i, value=value, partition=i % 6)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": proxy.bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "auto.offset.reset": "earliest",
+            "fetch.max.bytes": 50_000_000,
+            "max.partition.fetch.bytes": 8_000_000,
+        }
+    )
+    consumer.subscribe([topic])
+    seen = set()
+    deadline = time.monotonic() + 120
+    try:
+        while len(seen) < count and time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=1000, timeout=1):
+                assert message.error() is None, message.error()
+                assert message.value() == value
+                assert message.headers() == [("x-proxied-by", b"bergstream example")]
+                seen.add(int(message.key()))
+    finally:
+        consumer.close()
+    assert len(seen) == count
