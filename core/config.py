@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from bergstream.core.lake import LakeConfig
+
 if TYPE_CHECKING:
     from bergstream.core.plugins import PluginRegistry
     from bergstream.core.registrations import Registration
@@ -176,6 +178,9 @@ class BergstreamConfig(_Strict):
 
     virtual_clusters: list[VirtualClusterConfig] = Field(default_factory=list)
     services: list[PluginInstanceConfig] = Field(default_factory=list)
+    lake: LakeConfig | None = Field(
+        None, description="the Iceberg coldset and the pipeline that fills it (see core/lake.py)"
+    )
     source: str = Field("<memory>", exclude=True, description="(internal) where it was loaded from")
 
     @model_validator(mode="after")

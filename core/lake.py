@@ -1,0 +1,297 @@
+"""The ``lake:`` section of the config: where the coldset lives and how the pipeline fills it.
+
+Shared by the pipeline (Spark), ISK and KSI (PyIceberg). :func:`resolve_lake` fills the defaults
+(everything under ``$BERGSTREAM_HOME/lake``) and :func:`load_catalog` opens the catalog with
+PyIceberg. Nothing here imports pyspark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from bergstream.core.stack.paths import StackPaths
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "LakeCatalogConfig",
+    "LakeConfig",
+    "LakeConfigError",
+    "LakeMaintenanceConfig",
+    "LakePipelineConfig",
+    "LakeS3Config",
+    "ResolvedLake",
+    "load_catalog",
+    "pyiceberg_catalog_properties",
+    "resolve_lake",
+]
+
+#: Namespace of the topic tables unless ``lake.namespace`` says otherwise.
+DEFAULT_NAMESPACE = "coldset"
+
+
+class LakeConfigError(ValueError):
+    """The lake settings cannot be used as given; the message says what to change."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LakeS3Config(_Strict):
+    """S3 (or an S3-compatible server) holding an ``s3://`` warehouse."""
+
+    endpoint: str | None = Field(
+        None, description="S3 endpoint URL, e.g. http://127.0.0.1:8333; AWS if unset"
+    )
+    access_key: str | None = Field(None, description="access key id; default AWS chain if unset")
+    secret_key: str | None = Field(None, description="secret access key")
+    region: str = Field("us-east-1", description="region (clients need one even off AWS)")
+    path_style: bool = Field(True, description="path-style addressing (needed off AWS)")
+
+
+class LakeCatalogConfig(_Strict):
+    """The Iceberg catalog holding one table per topic."""
+
+    type: Literal["sql", "rest"] = Field("sql", description="sql (embedded SQLite) or rest")
+    name: str = Field(
+        "bergstream",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="catalog name (Spark catalog name; the SQL catalog stores it with each table)",
+    )
+    uri: str | None = Field(
+        None,
+        description="sql: sqlite:///PATH (default $BERGSTREAM_HOME/lake/catalog.db); "
+        "rest: the catalog's base URL",
+    )
+    warehouse: str | None = Field(
+        None,
+        description="directory or s3://bucket/prefix for table files "
+        "(default $BERGSTREAM_HOME/lake/warehouse for sql)",
+    )
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="more Iceberg catalog properties, for every client"
+    )
+
+
+class LakePipelineConfig(_Strict):
+    """How ``bergstream pipeline run`` reads Kafka."""
+
+    trigger_interval_seconds: float = Field(
+        10.0, gt=0, description="micro-batch interval when running continuously"
+    )
+    checkpoint_dir: Path | None = Field(
+        None, description="Spark checkpoints (default $BERGSTREAM_HOME/lake/checkpoints)"
+    )
+    max_offsets_per_trigger: int | None = Field(
+        None, ge=1, description="cap on records per micro-batch, all partitions together"
+    )
+    fail_on_data_loss: bool = Field(
+        True, description="stop when Kafka deleted records before they were copied"
+    )
+    kafka_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="more Kafka client settings (security.protocol, sasl.*, ...)",
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict, description="more Spark settings (spark.driver.memory, ...)"
+    )
+
+
+class LakeMaintenanceConfig(_Strict):
+    """What ``bergstream pipeline maintain`` does."""
+
+    target_file_size_bytes: int = Field(
+        134_217_728, ge=1_048_576, description="compaction target size of a data file"
+    )
+    min_input_files: int = Field(
+        2, ge=1, description="compact a partition only when it has this many small files"
+    )
+    snapshot_retention_hours: float = Field(
+        120.0, ge=0, description="expire snapshots older than this"
+    )
+    retain_last: int = Field(5, ge=1, description="always keep this many recent snapshots")
+    orphan_min_age_hours: float = Field(
+        72.0,
+        ge=0,
+        description="delete unreferenced files only when older than this (protects writes "
+        "in flight)",
+    )
+
+
+class LakeConfig(_Strict):
+    """The ``lake:`` section."""
+
+    kafka_bootstrap: str = Field(description="host:port list of the Kafka cluster to copy")
+    namespace: str = Field(
+        DEFAULT_NAMESPACE,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Iceberg namespace of the topic tables",
+    )
+    catalog: LakeCatalogConfig = Field(default_factory=LakeCatalogConfig)
+    s3: LakeS3Config | None = Field(None, description="S3 settings for an s3:// warehouse")
+    pipeline: LakePipelineConfig = Field(default_factory=LakePipelineConfig)
+    maintenance: LakeMaintenanceConfig = Field(default_factory=LakeMaintenanceConfig)
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _check_bootstrap(cls, value: str) -> str:
+        for part in value.split(","):
+            host, sep, port = part.strip().rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"'{part}' is not host:port (e.g. 127.0.0.1:9092)")
+        return value
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+@dataclass(frozen=True)
+class ResolvedLake:
+    """Lake settings with every default filled in and every path absolute."""
+
+    config: LakeConfig
+    catalog_type: str
+    catalog_name: str
+    catalog_uri: str  # sqlite:////abs/path.db or the REST base URL
+    warehouse: str | None  # file:///abs/dir or s3://bucket/prefix (None: the REST server's own)
+    checkpoint_dir: Path
+    namespace: str
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite file of a ``sql`` catalog."""
+        if self.catalog_type != "sql":
+            return None
+        return Path(self.catalog_uri.removeprefix("sqlite:///"))
+
+    @property
+    def jdbc_uri(self) -> str | None:
+        """The JDBC URL of a ``sql`` catalog (what Java's JdbcCatalog opens)."""
+        path = self.sqlite_path
+        return None if path is None else f"jdbc:sqlite:{path}"
+
+    @property
+    def s3(self) -> LakeS3Config | None:
+        """S3 settings, if any."""
+        return self.config.s3
+
+    def table_identifier(self, topic: str) -> tuple[str, str]:
+        """(namespace, table) of a topic's table: the table is named like the topic."""
+        return (self.namespace, topic)
+
+    def spark_table_name(self, topic: str) -> str:
+        """``catalog.namespace.`topic``` for Spark SQL (the topic may hold dots and dashes)."""
+        quoted = topic.replace("`", "``")
+        return f"{self.catalog_name}.{self.namespace}.`{quoted}`"
+
+
+def _home(home: Path | str | None) -> Path:
+    return StackPaths.resolve(home=home).home
+
+
+def _sqlite_uri(uri: str | None, home: Path) -> str:
+    if uri is None:
+        return f"sqlite:///{home / 'lake' / 'catalog.db'}"
+    if not uri.startswith("sqlite:///"):
+        raise LakeConfigError(
+            f"lake.catalog.uri '{uri}': the sql catalog takes a sqlite:///PATH URI (e.g. "
+            "sqlite:////var/lib/bergstream/catalog.db); for a shared catalog use type: rest"
+        )
+    path = Path(uri.removeprefix("sqlite:///")).expanduser()
+    return f"sqlite:///{path.resolve()}"
+
+
+def _warehouse(value: str | None, home: Path, catalog_type: str) -> str | None:
+    if value is None:
+        return f"file://{home / 'lake' / 'warehouse'}" if catalog_type == "sql" else None
+    parsed = urlparse(value)
+    if parsed.scheme in ("s3", "s3a"):
+        if not parsed.netloc:
+            raise LakeConfigError(
+                f"lake.catalog.warehouse '{value}' names no bucket: write s3://BUCKET/PREFIX"
+            )
+        return f"s3://{parsed.netloc}{parsed.path.rstrip('/')}"
+    if parsed.scheme == "file":
+        return f"file://{Path(parsed.path).resolve()}"
+    if parsed.scheme == "" and catalog_type == "sql":
+        return f"file://{Path(value).expanduser().resolve()}"
+    if catalog_type == "rest":
+        return value  # a warehouse name the REST server understands
+    raise LakeConfigError(
+        f"lake.catalog.warehouse '{value}': use a directory, file:///DIR or s3://BUCKET/PREFIX"
+    )
+
+
+def resolve_lake(config: LakeConfig, home: Path | str | None = None) -> ResolvedLake:
+    """Fill the defaults of ``config`` (under ``home``, else ``$BERGSTREAM_HOME``, else
+    ``./.bergstream``) and check that the pieces fit together."""
+    root = _home(home)
+    catalog = config.catalog
+    if catalog.type == "sql":
+        uri = _sqlite_uri(catalog.uri, root)
+    else:
+        if not catalog.uri or urlparse(catalog.uri).scheme not in ("http", "https"):
+            raise LakeConfigError(
+                "lake.catalog.uri: a rest catalog needs its base URL, e.g. http://127.0.0.1:8181"
+            )
+        uri = catalog.uri.rstrip("/")
+    warehouse = _warehouse(catalog.warehouse, root, catalog.type)
+    checkpoints = config.pipeline.checkpoint_dir or root / "lake" / "checkpoints"
+    return ResolvedLake(
+        config=config,
+        catalog_type=catalog.type,
+        catalog_name=catalog.name,
+        catalog_uri=uri,
+        warehouse=warehouse,
+        checkpoint_dir=Path(checkpoints).expanduser().resolve(),
+        namespace=config.namespace,
+    )
+
+
+# --------------------------------------------------------------------------- PyIceberg
+
+
+def s3_properties(s3: LakeS3Config | None) -> dict[str, str]:
+    """Iceberg FileIO properties (``s3.*``) for these S3 settings; the same names work for
+    Java's S3FileIO and PyIceberg's FileIOs."""
+    if s3 is None:
+        return {}
+    props = {
+        "s3.path-style-access": str(s3.path_style).lower(),
+        "s3.region": s3.region,
+        "client.region": s3.region,
+    }
+    if s3.endpoint:
+        props["s3.endpoint"] = s3.endpoint
+    if s3.access_key is not None:
+        props["s3.access-key-id"] = s3.access_key
+    if s3.secret_key is not None:
+        props["s3.secret-access-key"] = s3.secret_key
+    return props
+
+
+def pyiceberg_catalog_properties(lake: ResolvedLake) -> dict[str, str]:
+    """Properties for ``pyiceberg.catalog.load_catalog(lake.catalog_name, **props)``."""
+    props: dict[str, str] = {"type": lake.catalog_type, "uri": lake.catalog_uri}
+    if lake.warehouse is not None:
+        props["warehouse"] = lake.warehouse
+    props.update(s3_properties(lake.s3))
+    props.update(lake.config.catalog.properties)
+    return props
+
+
+def load_catalog(lake: ResolvedLake) -> Catalog:
+    """Open the lake's catalog with PyIceberg (creating the SQLite file's directory)."""
+    from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
+
+    if lake.sqlite_path is not None:
+        lake.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
+    return pyiceberg_load_catalog(lake.catalog_name, **pyiceberg_catalog_properties(lake))

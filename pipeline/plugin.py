@@ -1,0 +1,151 @@
+"""The pipeline's commands, added to ``bergstream`` through the ``register_commands`` hook:
+``pipeline run``, ``pipeline maintain`` and ``table describe``. Spark is imported only when a
+command runs, so ``bergstream --help`` stays fast."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from bergstream.core.config import ConfigError, load_config
+from bergstream.core.hookspecs import hookimpl
+from bergstream.core.lake import LakeConfigError, ResolvedLake, resolve_lake
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["register_commands"]
+
+_CONFIG_OPTION = click.option(
+    "-c",
+    "--config",
+    "config_file",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Config file with a lake: section (see examples/lake.yaml).",
+)
+_TOPIC_OPTION = click.option("--topic", required=True, help="Kafka topic (its table is named so).")
+
+
+def _lake(config_file: Path) -> ResolvedLake:
+    try:
+        config = load_config(config_file)
+    except ConfigError as error:
+        raise click.ClickException(str(error)) from None
+    if config.lake is None:
+        raise click.ClickException(
+            f"{config_file}: there is no lake: section; add one (see examples/lake.yaml and "
+            "docs/configuration.md)"
+        )
+    try:
+        return resolve_lake(config.lake)
+    except LakeConfigError as error:
+        raise click.ClickException(f"{config_file}: {error}") from None
+
+
+def _spark(lake: ResolvedLake) -> SparkSession:
+    from bergstream.pipeline.session import attach_catalog, build_session
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    spark = build_session(lake.config.pipeline.spark_conf)
+    attach_catalog(spark, lake)
+    return spark
+
+
+def _echo(line: str) -> None:
+    click.echo(line, err=True)
+
+
+@hookimpl
+def register_commands(cli: click.Group) -> None:
+    """Add ``pipeline`` (run, maintain) and ``table`` (describe) to the command line."""
+
+    @cli.group("pipeline")
+    def pipeline_group() -> None:
+        """The lake pipeline: Kafka to Iceberg exactly once, and table maintenance."""
+
+    @pipeline_group.command("run")
+    @_CONFIG_OPTION
+    @_TOPIC_OPTION
+    @click.option(
+        "--once", is_flag=True, help="Copy what the topic holds now, then exit (availableNow)."
+    )
+    def run_command(config_file: Path, topic: str, once: bool) -> None:
+        """Copy TOPIC into its Iceberg table, exactly once; runs until SIGTERM/Ctrl-C unless
+        --once. Progress goes to stderr, a JSON summary to stdout."""
+        from bergstream.pipeline.session import PipelineSetupError
+        from bergstream.pipeline.stream import PipelineError, run_pipeline, stop_on_signals
+
+        lake = _lake(config_file)
+        stop = stop_on_signals()
+        spark = _spark(lake)
+        try:
+            result = run_pipeline(spark, lake, topic, once=once, report=_echo, stop=stop)
+        except (PipelineError, PipelineSetupError) as error:
+            raise click.ClickException(str(error)) from None
+        finally:
+            spark.stop()
+        _echo(
+            f"done: {result.records:,} records in {result.batches} batch(es), "
+            f"{result.seconds:.1f} s"
+        )
+        click.echo(
+            json.dumps(
+                {
+                    "table": result.table,
+                    "batches": result.batches,
+                    "records": result.records,
+                    "bytes_written": result.bytes_written,
+                    "seconds": round(result.seconds, 3),
+                    "boundary": {str(p): o for p, o in sorted(result.boundary.items())},
+                }
+            )
+        )
+
+    @pipeline_group.command("maintain")
+    @_CONFIG_OPTION
+    @_TOPIC_OPTION
+    @click.option(
+        "--orphan-min-age-hours",
+        type=float,
+        default=None,
+        help="Override lake.maintenance.orphan_min_age_hours for this run.",
+    )
+    def maintain_command(config_file: Path, topic: str, orphan_min_age_hours: float | None) -> None:
+        """Compact small files, expire old snapshots and remove orphan files of TOPIC's table;
+        safe while the pipeline runs. Prints a JSON report."""
+        from bergstream.pipeline.maintain import MaintenanceError, maintain_table
+        from bergstream.pipeline.session import PipelineSetupError
+
+        lake = _lake(config_file)
+        spark = _spark(lake)
+        try:
+            report = maintain_table(
+                spark, lake, topic, report=_echo, orphan_min_age_hours=orphan_min_age_hours
+            )
+        except (MaintenanceError, PipelineSetupError) as error:
+            raise click.ClickException(str(error)) from None
+        finally:
+            spark.stop()
+        click.echo(json.dumps(report, indent=2, default=str))
+
+    @cli.group("table")
+    def table_group() -> None:
+        """Inspect the lake's topic tables."""
+
+    @table_group.command("describe")
+    @_CONFIG_OPTION
+    @_TOPIC_OPTION
+    def describe_command(config_file: Path, topic: str) -> None:
+        """Print JSON about TOPIC's table: rows, data files, snapshots and the boundary."""
+        from bergstream.pipeline.describe import TableNotFoundError, describe_table
+
+        lake = _lake(config_file)
+        try:
+            click.echo(json.dumps(describe_table(lake, topic), indent=2))
+        except TableNotFoundError as error:
+            raise click.ClickException(str(error)) from None

@@ -1,0 +1,137 @@
+"""The Spark session of the pipeline: local, bound to 127.0.0.1, with the Iceberg catalog of a lake.
+
+One session can hold several lakes' catalogs (each under its own ``lake.catalog.name``): the
+jars and SQL extensions are fixed when the session starts, catalogs are attached afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from bergstream.core.lake import ResolvedLake, s3_properties
+from bergstream.pipeline.jars import ivy_dir, ivy_settings, spark_packages
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["PipelineSetupError", "attach_catalog", "build_session", "catalog_conf", "session_conf"]
+
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+SPARK_CATALOG = "org.apache.iceberg.spark.SparkCatalog"
+S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
+
+
+class PipelineSetupError(RuntimeError):
+    """The pipeline cannot start as configured; the message says what to change."""
+
+
+def session_conf(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Static Spark settings: local[2] on 127.0.0.1, no UI, the pinned jars, Iceberg's SQL
+    extensions, UTC; ``extra`` (``lake.pipeline.spark_conf``) overrides any of them."""
+    conf = {
+        "spark.master": "local[2]",
+        "spark.app.name": "bergstream-pipeline",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.memory": "2g",
+        "spark.jars.packages": spark_packages(),
+        "spark.jars.ivy": str(ivy_dir()),
+        "spark.jars.ivySettings": str(ivy_settings()),
+        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "4",
+    }
+    conf.update(extra or {})
+    return conf
+
+
+@contextlib.contextmanager
+def _child_stdout_to_stderr() -> Iterator[None]:
+    """Start child processes (the JVM) with their stdout on our stderr: Ivy and Spark print to
+    stdout, which the commands keep for their JSON results."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def build_session(extra: dict[str, str] | None = None) -> SparkSession:
+    """Start (or return the running) local Spark session with :func:`session_conf`.
+
+    The first start downloads the jars from Maven Central into the Ivy cache.
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise PipelineSetupError(
+            "the lake pipeline needs pyspark: pip install 'bergstream[pipeline]'"
+        ) from None
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder
+    for key, value in session_conf(extra).items():
+        builder = builder.config(key, value)
+    with _child_stdout_to_stderr():
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def catalog_conf(lake: ResolvedLake) -> dict[str, str]:
+    """``spark.sql.catalog.<name>.*`` settings for the lake's Iceberg catalog."""
+    prefix = f"spark.sql.catalog.{lake.catalog_name}"
+    props: dict[str, str] = {"cache-enabled": "false"}
+    if lake.catalog_type == "sql":
+        assert lake.jdbc_uri is not None
+        props.update(
+            {
+                "type": "jdbc",
+                "uri": lake.jdbc_uri,
+                "jdbc.schema-version": "V1",
+                # SQLite locks the whole file; wait for a concurrent commit instead of failing.
+                "jdbc.busy_timeout": "30000",
+            }
+        )
+    else:
+        props.update({"type": "rest", "uri": lake.catalog_uri})
+    if lake.warehouse is not None:
+        props["warehouse"] = lake.warehouse
+    if (lake.warehouse or "").startswith("s3://") or lake.s3 is not None:
+        props["io-impl"] = S3_FILE_IO
+    props.update(s3_properties(lake.s3))
+    props.update(lake.config.catalog.properties)
+    conf = {prefix: SPARK_CATALOG}
+    conf.update({f"{prefix}.{key}": value for key, value in props.items()})
+    return conf
+
+
+def attach_catalog(spark: SparkSession, lake: ResolvedLake) -> None:
+    """Make the lake's catalog usable in ``spark`` under ``lake.catalog_name``.
+
+    Raises :class:`PipelineSetupError` if a catalog of that name is already attached with other
+    settings (Spark keeps a catalog once loaded): give the lake another ``catalog.name``.
+    """
+    conf = catalog_conf(lake)
+    for key, value in conf.items():
+        current = spark.conf.get(key, None)
+        if current is not None and current != value:
+            raise PipelineSetupError(
+                f"Spark catalog '{lake.catalog_name}' is already attached with {key}={current}, "
+                f"not {value}: give this lake another lake.catalog.name"
+            )
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    if lake.sqlite_path is not None:
+        lake.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
+    if lake.warehouse is not None and lake.warehouse.startswith("file://"):
+        os.makedirs(lake.warehouse.removeprefix("file://"), exist_ok=True)

@@ -1,0 +1,273 @@
+"""Kafka to Iceberg, exactly once: Spark Structured Streaming with a ``foreachBatch`` writer.
+
+Exactly once does not rest on Spark's checkpoint. Each micro-batch:
+
+1. reads its end offsets from Spark's offset log and the table's boundary (next offset per
+   partition, from the newest snapshot summary that has one);
+2. drops every row below the boundary (a batch replayed after a crash writes nothing twice);
+3. appends the rest in one Iceberg commit whose snapshot summary carries the new boundary, the
+   union of the old one and the batch's end offsets, so it covers every partition seen so far.
+
+A batch with nothing new commits nothing. On start the Kafka source begins at the boundary (each
+partition it does not cover at its log start), so a run with its checkpoint deleted resumes where
+the table ends.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import reduce
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bergstream.core.lake import ResolvedLake
+from bergstream.core.row_contract import (
+    BOUNDARY_PROPERTY,
+    Boundary,
+    format_boundary,
+    merge_boundaries,
+)
+from bergstream.pipeline.checkpoint import batch_end_offsets, checkpoint_path, topic_lock
+from bergstream.pipeline.kafka import TopicOffsets, topic_offsets
+from bergstream.pipeline.session import PipelineSetupError
+from bergstream.pipeline.tables import LakeTable, open_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+__all__ = ["PipelineError", "RunResult", "run_pipeline", "starting_offsets"]
+
+Report = Callable[[str], None]
+
+HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+_EARLIEST = -2
+
+
+class PipelineError(RuntimeError):
+    """The streaming query failed; the message carries Spark's reason."""
+
+
+@dataclass
+class RunResult:
+    """What one ``run_pipeline`` call did."""
+
+    table: str
+    batches: int = 0
+    records: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    boundary: Boundary = field(default_factory=dict)
+
+
+def starting_offsets(
+    offsets: TopicOffsets, boundary: Boundary, fail_on_data_loss: bool, report: Report
+) -> dict[str, dict[str, int]]:
+    """Spark's ``startingOffsets``: the boundary where it covers a partition, else the log
+    start (-2, earliest). A boundary below the log start means Kafka deleted records the table
+    never got: an error, or with ``fail_on_data_loss`` off a warning and the log start."""
+    start: dict[str, int] = {}
+    for partition in offsets.partitions:
+        log_start = offsets.log_start[partition]
+        if partition not in boundary:
+            start[str(partition)] = _EARLIEST
+            continue
+        next_offset = boundary[partition]
+        if next_offset < log_start:
+            lost = f"offsets {next_offset}..{log_start - 1} of partition {partition}"
+            if fail_on_data_loss:
+                raise PipelineSetupError(
+                    f"Kafka deleted {lost} of topic '{offsets.topic}' (retention) before the "
+                    "pipeline copied them; set lake.pipeline.fail_on_data_loss: false to go on "
+                    "from the log start"
+                )
+            report(f"warning: Kafka deleted {lost} before they were copied; skipping them")
+            start[str(partition)] = _EARLIEST
+        else:
+            start[str(partition)] = next_offset
+    return {offsets.topic: start}
+
+
+def _keep_condition(boundary: Boundary) -> Column:
+    from pyspark.sql import functions as F
+
+    partition, offset = F.col("kafka_partition"), F.col("kafka_offset")
+    known = [(partition == p) & (offset >= b) for p, b in sorted(boundary.items())]
+    new = ~partition.isin(sorted(boundary))
+    return reduce(lambda a, b: a | b, known, new)
+
+
+def _source(
+    spark: SparkSession, lake: ResolvedLake, topic: str, start: dict[str, dict[str, int]]
+) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    settings = lake.config.pipeline
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", lake.config.kafka_bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", json.dumps(start))
+        .option("kafka.isolation.level", "read_committed")
+        .option("includeHeaders", "true")
+        .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
+    )
+    for key, value in settings.kafka_options.items():
+        reader = reader.option(f"kafka.{key}", value)
+    if settings.max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+    return reader.load().select(
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.col("timestampType").alias("kafka_timestamp_type"),
+        F.col("key").alias("kafka_key"),
+        F.coalesce(F.col("headers"), F.array().cast(HEADERS_TYPE)).alias("kafka_headers"),
+        F.col("value").alias("kafka_value"),
+    )
+
+
+def _offsets_text(boundary: Boundary, limit: int = 8) -> str:
+    items = [f"{p}:{o}" for p, o in sorted(boundary.items())]
+    if len(items) > limit:
+        items = [*items[:limit], f"... ({len(items)} partitions)"]
+    return " ".join(items) or "-"
+
+
+class BatchWriter:
+    """The ``foreachBatch`` function: one idempotent Iceberg append per micro-batch."""
+
+    def __init__(self, table: LakeTable, checkpoint: Path, result: RunResult, report: Report):
+        self.table = table
+        self.checkpoint = checkpoint
+        self.result = result
+        self.report = report
+        self.started = time.monotonic()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        end = batch_end_offsets(self.checkpoint, batch_id, self.table.topic)
+        old = self.table.boundary()
+        if all(offset <= old.get(partition, 0) for partition, offset in end.items()):
+            return  # a replay of a batch the table already has
+        rows = batch.where(_keep_condition(old))
+        if rows.isEmpty():
+            return  # only aborted records or transaction markers: no snapshot
+        new = merge_boundaries(old, end)
+        text = format_boundary(new)
+        (
+            rows.writeTo(self.table.name)
+            .option(f"snapshot-property.{BOUNDARY_PROPERTY}", text)
+            # Each Spark task reads one Kafka partition in offset order, so rows arrive
+            # clustered by partition and sorted by offset already: no shuffle, no sort; a
+            # fanout writer takes the day partitions as they come.
+            .option("use-table-distribution-and-ordering", "false")
+            .option("fanout-enabled", "true")
+            .append()
+        )
+        self._account(batch_id, text, new)
+
+    def _account(self, batch_id: int, text: str, boundary: Boundary) -> None:
+        self.table.refresh()
+        summary: dict[str, str] = {}
+        for _, _, candidate in self.table.summaries():
+            if candidate.get(BOUNDARY_PROPERTY) == text:
+                summary = candidate
+                break
+        records = int(summary.get("added-records", 0))
+        size = int(summary.get("added-files-size", 0))
+        files = int(summary.get("added-data-files", 0))
+        result = self.result
+        result.batches += 1
+        result.records += records
+        result.bytes_written += size
+        result.boundary = boundary
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        self.report(
+            f"batch {batch_id}: +{records:,} records in {files} file(s), {size / 1e6:.2f} MB | "
+            f"total {result.records:,} records, {result.records / elapsed:,.0f} records/s, "
+            f"{result.bytes_written / 1e6 / elapsed:.1f} MB/s written | "
+            f"offsets {_offsets_text(boundary)}"
+        )
+
+
+def _stop_between_batches(query: Any, patience_seconds: float = 120) -> None:
+    """Stop the query once no batch is running (stopping interrupts a running batch: safe, the
+    commit is atomic, but the batch's work is lost), waiting at most ``patience_seconds``."""
+    deadline = time.monotonic() + patience_seconds
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if query.isActive:
+        query.stop()
+
+
+def _await(query: Any, once: bool, stop: threading.Event) -> None:
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        if once:
+            query.awaitTermination()
+        else:
+            while query.isActive and not stop.is_set():
+                query.awaitTermination(1)
+            _stop_between_batches(query)
+    except StreamingQueryException as error:
+        raise PipelineError(f"the streaming query failed: {error}") from None
+
+
+def run_pipeline(
+    spark: SparkSession,
+    lake: ResolvedLake,
+    topic: str,
+    *,
+    once: bool,
+    report: Report = print,
+    stop: threading.Event | None = None,
+) -> RunResult:
+    """Copy ``topic`` into its table until Kafka has nothing more (``once``) or until ``stop``
+    is set (continuous, one micro-batch per ``lake.pipeline.trigger_interval_seconds``)."""
+    began = time.monotonic()
+    table = open_table(spark, lake, topic, create=True)
+    settings = lake.config.pipeline
+    with topic_lock(lake.checkpoint_dir, lake.namespace, topic):
+        boundary = table.boundary()
+        offsets = topic_offsets(spark, lake.config.kafka_bootstrap, settings.kafka_options, topic)
+        start = starting_offsets(offsets, boundary, settings.fail_on_data_loss, report)
+        checkpoint = checkpoint_path(lake.checkpoint_dir, lake.namespace, topic, table.uuid)
+        result = RunResult(table=f"{lake.namespace}.{topic}", boundary=dict(boundary))
+        report(
+            f"copying topic '{topic}' into {lake.catalog_name}.{lake.namespace}.{topic}: "
+            f"table at {_offsets_text(boundary)}, Kafka log start "
+            f"{_offsets_text(offsets.log_start)}, end {_offsets_text(offsets.end)}"
+        )
+        writer = BatchWriter(table, checkpoint, result, report)
+        stream = (
+            _source(spark, lake, topic, start)
+            .writeStream.queryName(f"bergstream-{lake.namespace}-{topic}")
+            .option("checkpointLocation", str(checkpoint))
+            .foreachBatch(writer)
+        )
+        if once:
+            stream = stream.trigger(availableNow=True)
+        else:
+            stream = stream.trigger(processingTime=f"{settings.trigger_interval_seconds} seconds")
+        query = stream.start()
+        _await(query, once, stop or threading.Event())
+    result.seconds = time.monotonic() - began
+    result.boundary = table.boundary()
+    return result
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT (the continuous run then stops after its batch)."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop

@@ -1,0 +1,207 @@
+"""A topic's Iceberg table as the JVM sees it: created from the row contract, checked, and read
+for its boundary. Goes through Iceberg's Java API (py4j), the same code Spark writes with."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from bergstream.core.lake import ResolvedLake
+from bergstream.core.row_contract import (
+    BOUNDARY_PROPERTY,
+    PARTITION_SPEC,
+    ROW_SCHEMA,
+    SORT_ORDER,
+    Boundary,
+    RowContractError,
+    check_schema,
+    parse_boundary,
+)
+from bergstream.pipeline.session import PipelineSetupError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["TABLE_PROPERTIES", "BoundarySnapshot", "LakeTable", "ensure_bucket", "open_table"]
+
+#: Properties of a new topic table.
+TABLE_PROPERTIES: dict[str, str] = {
+    "format-version": "2",
+    "write.parquet.compression-codec": "zstd",
+    "write.distribution-mode": "hash",
+    # Every streaming commit writes a metadata file; keep only the recent ones.
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "20",
+}
+
+
+@dataclass(frozen=True)
+class BoundarySnapshot:
+    """The newest snapshot in the current ancestry that carries a boundary."""
+
+    snapshot_id: int | None
+    timestamp_ms: int | None
+    boundary: Boundary
+
+
+def _java_error_class(error: Exception) -> str:
+    java = getattr(error, "java_exception", None)
+    return "" if java is None else str(java.getClass().getName())
+
+
+class LakeTable:
+    """One topic table, loaded through the lake's catalog in a Spark session."""
+
+    def __init__(self, spark: SparkSession, lake: ResolvedLake, topic: str, java_table: Any):
+        self.spark = spark
+        self.lake = lake
+        self.topic = topic
+        self.java = java_table
+
+    @property
+    def name(self) -> str:
+        """Spark SQL name, ``catalog.namespace.`topic```."""
+        return self.lake.spark_table_name(self.topic)
+
+    @property
+    def uuid(self) -> str:
+        """The table's UUID (a recreated table gets a new one)."""
+        return str(self.java.uuid())
+
+    def refresh(self) -> None:
+        """Reload the table's metadata from the catalog."""
+        self.java.refresh()
+
+    def _snapshot(self, snapshot_id: int | None) -> Any:
+        return None if snapshot_id is None else self.java.snapshot(snapshot_id)
+
+    def summaries(self) -> Iterator[tuple[int, int, dict[str, str]]]:
+        """(snapshot id, timestamp ms, summary) along the current ancestry, newest first;
+        lazy, so a caller that finds what it needs early stops walking."""
+        snapshot = self.java.currentSnapshot()
+        while snapshot is not None:
+            summary = {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
+            yield int(snapshot.snapshotId()), int(snapshot.timestampMillis()), summary
+            snapshot = self._snapshot(snapshot.parentId())
+
+    def boundary_snapshot(self, refresh: bool = True) -> BoundarySnapshot:
+        """The current boundary and the snapshot that holds it: the newest snapshot of the
+        current ancestry with a boundary (compaction snapshots carry none)."""
+        if refresh:
+            self.refresh()
+        for snapshot_id, timestamp_ms, summary in self.summaries():
+            if summary.get(BOUNDARY_PROPERTY):
+                return BoundarySnapshot(
+                    snapshot_id, timestamp_ms, parse_boundary(summary[BOUNDARY_PROPERTY])
+                )
+        return BoundarySnapshot(None, None, {})
+
+    def boundary(self, refresh: bool = True) -> Boundary:
+        """The table's boundary: next offset per Kafka partition (``{}`` for a new table)."""
+        return self.boundary_snapshot(refresh).boundary
+
+    def snapshot_count(self) -> int:
+        """Number of snapshots in the table's metadata."""
+        self.refresh()
+        return sum(1 for _ in self.java.snapshots())
+
+
+def _jvm(spark: SparkSession) -> Any:
+    return spark.sparkContext._jvm  # type: ignore[attr-defined]
+
+
+def _identifier(spark: SparkSession, lake: ResolvedLake, topic: str) -> tuple[Any, Any]:
+    jvm = _jvm(spark)
+    gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
+    levels = gateway.new_array(jvm.java.lang.String, 1)
+    levels[0] = lake.namespace
+    namespace = jvm.org.apache.iceberg.catalog.Namespace.of(levels)
+    return namespace, jvm.org.apache.iceberg.catalog.TableIdentifier.of(namespace, topic)
+
+
+def _java_catalog(spark: SparkSession, lake: ResolvedLake) -> Any:
+    jvm = _jvm(spark)
+    try:
+        return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(
+            spark._jsparkSession,  # type: ignore[attr-defined]
+            lake.catalog_name,
+        )
+    except Exception as error:
+        raise PipelineSetupError(
+            f"cannot open the {lake.catalog_type} catalog '{lake.catalog_name}' at "
+            f"{lake.catalog_uri}: {error}"
+        ) from error
+
+
+def ensure_bucket(lake: ResolvedLake) -> None:
+    """Create the bucket of an ``s3://`` warehouse if it does not exist yet."""
+    if not (lake.warehouse or "").startswith("s3://"):
+        return
+    from pyarrow import fs
+
+    s3 = lake.s3
+    bucket = urlparse(lake.warehouse).netloc
+    options: dict[str, Any] = {}
+    if s3 is not None:
+        options = {"region": s3.region, "force_virtual_addressing": not s3.path_style}
+        if s3.endpoint:
+            parsed = urlparse(s3.endpoint)
+            options["endpoint_override"] = parsed.netloc or s3.endpoint
+            options["scheme"] = parsed.scheme or "https"
+        if s3.access_key is not None:
+            options["access_key"] = s3.access_key
+            options["secret_key"] = s3.secret_key or ""
+    filesystem = fs.S3FileSystem(allow_bucket_creation=True, **options)
+    info = filesystem.get_file_info(bucket)
+    if info.type == fs.FileType.NotFound:
+        filesystem.create_dir(bucket)
+
+
+def open_table(spark: SparkSession, lake: ResolvedLake, topic: str, create: bool) -> LakeTable:
+    """Load the topic's table, creating namespace and table from the row contract first when
+    ``create`` is set; raise :class:`PipelineSetupError` when it is missing or does not follow
+    the row contract."""
+    jvm = _jvm(spark)
+    catalog = _java_catalog(spark, lake)
+    namespace, identifier = _identifier(spark, lake, topic)
+    if create and not catalog.tableExists(identifier):
+        ensure_bucket(lake)
+        if not catalog.namespaceExists(namespace):
+            try:
+                catalog.createNamespace(namespace)
+            except Exception as error:
+                if "AlreadyExists" not in _java_error_class(error):
+                    raise
+        schema = jvm.org.apache.iceberg.SchemaParser.fromJson(ROW_SCHEMA.model_dump_json())
+        spec = jvm.org.apache.iceberg.PartitionSpecParser.fromJson(
+            schema, PARTITION_SPEC.model_dump_json()
+        )
+        order = jvm.org.apache.iceberg.SortOrderParser.fromJson(
+            schema, SORT_ORDER.model_dump_json()
+        )
+        properties = jvm.java.util.HashMap()
+        for key, value in TABLE_PROPERTIES.items():
+            properties.put(key, value)
+        try:
+            catalog.buildTable(identifier, schema).withPartitionSpec(spec).withSortOrder(
+                order
+            ).withProperties(properties).create()
+        except Exception as error:
+            if "AlreadyExists" not in _java_error_class(error):
+                raise PipelineSetupError(
+                    f"cannot create table {lake.namespace}.{topic} in catalog "
+                    f"'{lake.catalog_name}': {error}"
+                ) from error
+    if not catalog.tableExists(identifier):
+        raise PipelineSetupError(
+            f"table {lake.namespace}.{topic} does not exist in catalog '{lake.catalog_name}' "
+            f"({lake.catalog_uri}): run `bergstream pipeline run --topic {topic}` first"
+        )
+    java_table = catalog.loadTable(identifier)
+    try:
+        check_schema(str(jvm.org.apache.iceberg.SchemaParser.toJson(java_table.schema())))
+    except RowContractError as error:
+        raise PipelineSetupError(f"table {lake.namespace}.{topic}: {error}") from None
+    return LakeTable(spark, lake, topic, java_table)

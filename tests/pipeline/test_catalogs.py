@@ -1,0 +1,99 @@
+"""The catalog and warehouse choices: an S3 warehouse on the stack's S3 server (through
+iceberg-aws-bundle on the JVM and PyArrow's S3 in PyIceberg) and an Iceberg REST catalog."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from bergstream.core.lake import ResolvedLake
+from bergstream.pipeline.describe import describe_table
+from bergstream.pipeline.session import attach_catalog
+from bergstream.pipeline.stream import run_pipeline
+from tests.pipeline.lake_testkit import (
+    Produced,
+    consume_all,
+    produce,
+    records_of,
+    table_rows_pyiceberg,
+    table_rows_spark,
+)
+from tests.pipeline.rest_catalog import RestCatalogServer
+
+pytestmark = pytest.mark.slow
+
+
+def _quiet(line: str) -> None:
+    pass
+
+
+def _records(count: int) -> list[Produced]:
+    return [
+        Produced(i % 2, None if i % 5 == 0 else f"k{i}".encode(), b"x" * i, (("h", b"1"),), None)
+        for i in range(count)
+    ]
+
+
+def _round_trip(spark: Any, lake: ResolvedLake, bootstrap: str, topic: str) -> None:
+    produce(bootstrap, topic, _records(120))
+    result = run_pipeline(spark, lake, topic, once=True, report=_quiet)
+    truth = consume_all(bootstrap, topic, 2)
+    assert result.records == 120
+    assert records_of(table_rows_pyiceberg(lake, topic)) == truth
+    assert records_of(table_rows_spark(spark, lake, topic)) == truth
+    facts = describe_table(lake, topic)
+    assert facts["rows"] == 120 and facts["boundary"] == {"0": 60, "1": 60}
+    assert run_pipeline(spark, lake, topic, once=True, report=_quiet).records == 0
+
+
+def test_s3_warehouse(
+    spark: Any,
+    make_lake: Callable[..., ResolvedLake],
+    stack_env: dict[str, str],
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    tmp_path: Any,
+) -> None:
+    lake = make_lake(
+        catalog={
+            "name": "lake_s3",
+            "uri": f"sqlite:///{tmp_path}/s3-catalog.db",
+            "warehouse": "s3://lake-test/warehouse",
+        },
+        s3={
+            "endpoint": stack_env["BERGSTREAM_S3_ENDPOINT"],
+            "access_key": stack_env["BERGSTREAM_S3_ACCESS_KEY"],
+            "secret_key": stack_env["BERGSTREAM_S3_SECRET_KEY"],
+            "region": stack_env["BERGSTREAM_S3_REGION"],
+        },
+    )
+    attach_catalog(spark, lake)
+    topic = create_topic(2, prefix="s3")
+    _round_trip(spark, lake, kafka_bootstrap, topic)
+    assert describe_table(lake, topic)["location"].startswith("s3://lake-test/warehouse/")
+
+
+@pytest.fixture
+def rest_catalog(tmp_path: Any) -> Iterator[RestCatalogServer]:
+    server = RestCatalogServer(tmp_path / "rest")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_rest_catalog(
+    spark: Any,
+    make_lake: Callable[..., ResolvedLake],
+    rest_catalog: RestCatalogServer,
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+) -> None:
+    lake = make_lake(catalog={"name": "lake_rest", "type": "rest", "uri": rest_catalog.url})
+    attach_catalog(spark, lake)
+    topic = create_topic(2, prefix="rest")
+    _round_trip(spark, lake, kafka_bootstrap, topic)
+    assert rest_catalog.commits > 0

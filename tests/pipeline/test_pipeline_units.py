@@ -1,0 +1,134 @@
+"""The pipeline's pure parts, without Spark or Kafka: where a run starts, Spark's offset log,
+the per-topic lock, the catalog settings handed to Spark, and the commands' errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bergstream.core.lake import LakeConfig, LakeS3Config, resolve_lake
+from bergstream.pipeline.checkpoint import batch_end_offsets, checkpoint_path, topic_lock
+from bergstream.pipeline.jars import PACKAGES, SPARK_VERSION, ivy_settings
+from bergstream.pipeline.kafka import TopicOffsets
+from bergstream.pipeline.session import PipelineSetupError, catalog_conf, session_conf
+from bergstream.pipeline.stream import starting_offsets
+
+BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
+
+
+def test_start_at_the_boundary_else_the_log_start():
+    offsets = TopicOffsets("t", log_start={0: 0, 1: 40, 2: 0}, end={0: 9, 1: 90, 2: 0})
+    lines: list[str] = []
+    start = starting_offsets(offsets, {0: 7, 1: 55}, True, lines.append)
+    assert start == {"t": {"0": 7, "1": 55, "2": -2}}
+    assert lines == []
+
+
+def test_records_deleted_before_they_were_copied():
+    offsets = TopicOffsets("t", log_start={0: 40}, end={0: 90})
+    with pytest.raises(PipelineSetupError, match=r"offsets 10\.\.39 of partition 0.*retention"):
+        starting_offsets(offsets, {0: 10}, True, print)
+    lines: list[str] = []
+    assert starting_offsets(offsets, {0: 10}, False, lines.append) == {"t": {"0": -2}}
+    assert "skipping them" in lines[0]
+
+
+def test_offset_log(tmp_path: Path):
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "3").write_text(
+        'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"t":{"1":20,"0":12}}\n'
+    )
+    assert batch_end_offsets(tmp_path, 3, "t") == {0: 12, 1: 20}
+    with pytest.raises(PipelineSetupError, match="no offsets for topic 'u'"):
+        batch_end_offsets(tmp_path, 3, "u")
+    with pytest.raises(PipelineSetupError, match="cannot read"):
+        batch_end_offsets(tmp_path, 4, "t")
+
+
+def test_one_pipeline_per_topic(tmp_path: Path):
+    with topic_lock(tmp_path, "coldset", "orders"):
+        with (
+            pytest.raises(PipelineSetupError, match=r"another pipeline .* topic 'orders'"),
+            topic_lock(tmp_path, "coldset", "orders"),
+        ):
+            pass
+        with topic_lock(tmp_path, "coldset", "other"):
+            pass
+    with topic_lock(tmp_path, "coldset", "orders"):
+        pass
+    assert checkpoint_path(tmp_path, "coldset", "a/b", "u1") == tmp_path / "coldset.a_b" / "u1"
+
+
+def test_spark_settings(tmp_path: Path):
+    conf = session_conf({"spark.driver.memory": "1g"})
+    assert conf["spark.master"] == "local[2]" and conf["spark.ui.enabled"] == "false"
+    assert conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert conf["spark.driver.memory"] == "1g"
+    assert f"spark-sql-kafka-0-10_2.13:{SPARK_VERSION}" in conf["spark.jars.packages"]
+    assert len(PACKAGES) == 4 and all(p.count(":") == 2 for p in PACKAGES)
+    assert "repo1.maven.org" in ivy_settings().read_text()
+
+    sql = resolve_lake(LakeConfig(kafka_bootstrap="127.0.0.1:9092"), home=tmp_path)
+    prefix = "spark.sql.catalog.bergstream"
+    assert catalog_conf(sql)[prefix] == "org.apache.iceberg.spark.SparkCatalog"
+    assert catalog_conf(sql)[f"{prefix}.type"] == "jdbc"
+    assert catalog_conf(sql)[f"{prefix}.uri"] == f"jdbc:sqlite:{tmp_path}/lake/catalog.db"
+    assert catalog_conf(sql)[f"{prefix}.cache-enabled"] == "false"
+    assert f"{prefix}.io-impl" not in catalog_conf(sql)
+
+    s3 = resolve_lake(
+        LakeConfig(
+            kafka_bootstrap="127.0.0.1:9092",
+            catalog={"warehouse": "s3://bucket/wh"},  # type: ignore[arg-type]
+            s3=LakeS3Config(endpoint="http://127.0.0.1:8333", access_key="a", secret_key="s"),
+        ),
+        home=tmp_path,
+    )
+    conf = catalog_conf(s3)
+    assert conf[f"{prefix}.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert conf[f"{prefix}.s3.endpoint"] == "http://127.0.0.1:8333"
+    assert conf[f"{prefix}.s3.path-style-access"] == "true"
+    assert conf[f"{prefix}.warehouse"] == "s3://bucket/wh"
+
+
+def _bergstream(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([BERGSTREAM, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_commands_without_a_lake_section(tmp_path: Path):
+    config = tmp_path / "proxy-only.yaml"
+    config.write_text("virtual_clusters: []\n")
+    for command in (["pipeline", "run"], ["pipeline", "maintain"], ["table", "describe"]):
+        done = _bergstream(*command, "-c", str(config), "--topic", "t", cwd=tmp_path)
+        assert done.returncode == 1
+        assert "there is no lake: section" in done.stderr and "examples/lake.yaml" in done.stderr
+
+
+def test_describe_a_missing_table(tmp_path: Path):
+    config = tmp_path / "lake.yaml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            lake:
+              kafka_bootstrap: 127.0.0.1:9
+              catalog: {{uri: "sqlite:///{tmp_path}/catalog.db", warehouse: {tmp_path}/wh}}
+            """
+        )
+    )
+    done = _bergstream("table", "describe", "-c", str(config), "--topic", "nope", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "table coldset.nope does not exist" in done.stderr
+    assert "bergstream pipeline run --topic nope" in done.stderr
+
+
+def test_help_does_not_start_spark():
+    code = (
+        "import sys; from bergstream.core.cli import build_cli; cli = build_cli(); "
+        "assert {'pipeline', 'table'} <= set(cli.commands); "
+        "assert 'pyspark' not in sys.modules, 'pyspark imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
