@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from bergstream.core.lake import LakeConfig
+from bergstream.core.models import StrictModel
 
 if TYPE_CHECKING:
     from bergstream.core.plugins import PluginRegistry
@@ -64,11 +65,7 @@ def format_loc(loc: Loc) -> str:
 # --------------------------------------------------------------------------- models
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ClientTlsConfig(_Strict):
+class ClientTlsConfig(StrictModel):
     """TLS from the proxy toward the target cluster."""
 
     ca_file: Path | None = Field(
@@ -79,7 +76,7 @@ class ClientTlsConfig(_Strict):
     check_hostname: bool = Field(True, description="verify the broker certificate's host name")
 
 
-class ServerTlsConfig(_Strict):
+class ServerTlsConfig(StrictModel):
     """TLS from clients toward the proxy."""
 
     cert_file: Path = Field(description="certificate (chain) the proxy presents to clients")
@@ -87,7 +84,7 @@ class ServerTlsConfig(_Strict):
     ca_file: Path | None = Field(None, description="if set, clients must present a cert it signed")
 
 
-class TargetClusterConfig(_Strict):
+class TargetClusterConfig(StrictModel):
     """The real Kafka cluster behind a virtual cluster."""
 
     bootstrap: str = Field(description="comma-separated host:port list of the real cluster")
@@ -111,7 +108,7 @@ class TargetClusterConfig(_Strict):
         return pairs
 
 
-class GatewayConfig(_Strict):
+class GatewayConfig(StrictModel):
     """Port-per-broker gateway: a bootstrap port, then one port per broker node id."""
 
     host: str = Field("127.0.0.1", description="address the proxy listens on")
@@ -150,7 +147,7 @@ class GatewayConfig(_Strict):
         return self
 
 
-class PluginInstanceConfig(_Strict):
+class PluginInstanceConfig(StrictModel):
     """A plugin chosen by ``type`` with its own ``config`` block."""
 
     type: str = Field(description="registered name of the plugin")
@@ -158,7 +155,7 @@ class PluginInstanceConfig(_Strict):
     settings: Any = Field(None, exclude=True, description="(internal) the validated config model")
 
 
-class VirtualClusterConfig(_Strict):
+class VirtualClusterConfig(StrictModel):
     """One virtual cluster: what clients connect to, what it fronts, which filters it runs."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="name used in logs and metrics")
@@ -173,7 +170,7 @@ class VirtualClusterConfig(_Strict):
     )
 
 
-class BergstreamConfig(_Strict):
+class BergstreamConfig(StrictModel):
     """The whole config file."""
 
     virtual_clusters: list[VirtualClusterConfig] = Field(default_factory=list)

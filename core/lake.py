@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from bergstream.core.models import StrictModel
 from bergstream.core.stack.paths import StackPaths
 
 if TYPE_CHECKING:
@@ -41,11 +42,7 @@ class LakeConfigError(ValueError):
     """The lake settings cannot be used as given; the message says what to change."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LakeS3Config(_Strict):
+class LakeS3Config(StrictModel):
     """S3 (or an S3-compatible server) holding an ``s3://`` warehouse."""
 
     endpoint: str | None = Field(
@@ -57,7 +54,7 @@ class LakeS3Config(_Strict):
     path_style: bool = Field(True, description="path-style addressing (needed off AWS)")
 
 
-class LakeCatalogConfig(_Strict):
+class LakeCatalogConfig(StrictModel):
     """The Iceberg catalog holding one table per topic."""
 
     type: Literal["sql", "rest"] = Field("sql", description="sql (embedded SQLite) or rest")
@@ -81,7 +78,7 @@ class LakeCatalogConfig(_Strict):
     )
 
 
-class LakePipelineConfig(_Strict):
+class LakePipelineConfig(StrictModel):
     """How ``bergstream pipeline run`` reads Kafka."""
 
     trigger_interval_seconds: float = Field(
@@ -105,7 +102,7 @@ class LakePipelineConfig(_Strict):
     )
 
 
-class LakeMaintenanceConfig(_Strict):
+class LakeMaintenanceConfig(StrictModel):
     """What ``bergstream pipeline maintain`` does."""
 
     target_file_size_bytes: int = Field(
@@ -126,7 +123,7 @@ class LakeMaintenanceConfig(_Strict):
     )
 
 
-class LakeConfig(_Strict):
+class LakeConfig(StrictModel):
     """The ``lake:`` section."""
 
     kafka_bootstrap: str = Field(description="host:port list of the Kafka cluster to copy")
