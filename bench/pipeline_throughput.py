@@ -21,61 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from benchkit import create_topic, perf_produce
+
 from bergstream.core.lake import LakeConfig, LakePipelineConfig, resolve_lake
-from bergstream.core.stack import kafka_tool_command, stack_down, stack_up
+from bergstream.core.stack import stack_down, stack_up
 from bergstream.pipeline.session import attach_catalog, build_session
 from bergstream.pipeline.stream import HEADERS_TYPE, run_pipeline
-
-
-def create_topic(kafka: str, topic: str, partitions: int) -> None:
-    """Create ``topic`` directly on Kafka."""
-    subprocess.run(
-        kafka_tool_command(
-            "topics",
-            "--bootstrap-server",
-            kafka,
-            "--create",
-            "--topic",
-            topic,
-            "--partitions",
-            str(partitions),
-            "--replication-factor",
-            "1",
-        ),
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-
-
-def fill(kafka: str, topic: str, records: int, size: int) -> None:
-    """Produce ``records`` values of ``size`` bytes with Kafka's ProducerPerformance."""
-    subprocess.run(
-        kafka_tool_command(
-            "producer-perf-test",
-            "--topic",
-            topic,
-            "--num-records",
-            str(records),
-            "--record-size",
-            str(size),
-            "--throughput",
-            "-1",
-            "--producer-props",
-            f"bootstrap.servers={kafka}",
-            "acks=1",
-            "linger.ms=20",
-            "batch.size=524288",
-        ),
-        check=True,
-        capture_output=True,
-        timeout=1800,
-    )
 
 
 def baseline(spark: object, kafka: str, topic: str, target: Path) -> int:
@@ -130,7 +85,7 @@ def main() -> None:
         topic = "bench-pipeline"
         create_topic(kafka, topic, args.partitions)
         began = time.monotonic()
-        fill(kafka, topic, args.records, args.record_size)
+        perf_produce(kafka, topic, args.records, args.record_size)
         print(f"produced {args.records:,} records in {time.monotonic() - began:.1f} s", flush=True)
         megabytes = args.records * args.record_size / 1e6
 

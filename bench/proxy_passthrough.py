@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import re
 import signal
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
+
+from benchkit import create_topic, perf_produce
 
 from bergstream.core.stack import kafka_tool_command, stack_down, stack_up
 from bergstream.core.stack.ports import free_port_block
@@ -52,56 +53,6 @@ def start_proxy(kafka: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str
             break
         time.sleep(0.2)
     raise RuntimeError("proxy did not start: " + (workdir / "proxy.log").read_text())
-
-
-def create_topic(kafka: str, topic: str, partitions: int) -> None:
-    """Create ``topic`` directly on Kafka."""
-    subprocess.run(
-        kafka_tool_command(
-            "topics",
-            "--bootstrap-server",
-            kafka,
-            "--create",
-            "--topic",
-            topic,
-            "--partitions",
-            str(partitions),
-            "--replication-factor",
-            "1",
-        ),
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-
-
-def produce(bootstrap: str, topic: str, records: int, size: int) -> float:
-    """MB/s of Kafka's ProducerPerformance (acks=1, batched) against ``bootstrap``."""
-    out = subprocess.run(
-        kafka_tool_command(
-            "producer-perf-test",
-            "--topic",
-            topic,
-            "--num-records",
-            str(records),
-            "--record-size",
-            str(size),
-            "--throughput",
-            "-1",
-            "--producer-props",
-            f"bootstrap.servers={bootstrap}",
-            "acks=1",
-            "linger.ms=20",
-            "batch.size=524288",
-            "max.request.size=10485760",
-        ),
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    ).stdout
-    final = [line for line in out.splitlines() if "records sent" in line][-1]
-    return float(re.search(r"\(([\d.]+) MB/sec\)", final).group(1))
 
 
 def consume(bootstrap: str, topic: str, records: int) -> float:
@@ -157,7 +108,9 @@ def main() -> None:
             for mode, bootstrap in (("direct", kafka), ("proxy", proxied)):
                 topic = f"bench-{mode}-{round_}"
                 create_topic(kafka, topic, args.partitions)
-                mbps = produce(bootstrap, topic, args.records, args.record_size)
+                mbps = perf_produce(
+                    bootstrap, topic, args.records, args.record_size, "max.request.size=10485760"
+                )
                 results[f"produce_{mode}"].append(mbps)
                 print(f"round {round_}: produce {mode:6s} {mbps:8.1f} MB/s", flush=True)
             source = f"bench-direct-{round_}"
