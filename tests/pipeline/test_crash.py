@@ -74,7 +74,25 @@ def _producer(bootstrap: str, topic: str, stop: threading.Event, sent: list[int]
         stop.wait(2.0)
 
 
-@pytest.mark.timeout(900)
+def _commits_since(log: Path, offset: int) -> int:
+    with open(log, "rb") as handle:
+        handle.seek(offset)
+        return sum(1 for line in handle if line.startswith(b"batch "))
+
+
+def _wait_for_commits(
+    log: Path, offset: int, count: int, process: subprocess.Popen[bytes], timeout: float = 180
+) -> None:
+    deadline = time.monotonic() + timeout
+    while _commits_since(log, offset) < count:
+        assert process.poll() is None, f"the pipeline exited early:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, (
+            f"no {count} commits in {timeout}s:\n{log.read_text()[-3000:]}"
+        )
+        time.sleep(0.1)
+
+
+@pytest.mark.timeout(1200)
 def test_sigkill_at_random_moments(
     kafka_bootstrap: str, create_topic: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -96,13 +114,19 @@ def test_sigkill_at_random_moments(
         for kill in range(KILLS):
             seen = log.stat().st_size if log.exists() else 0
             process = _start(config, topic, log)
-            time.sleep(rng.uniform(6.0, 22.0))
+            if kill % 2:
+                # Anywhere from start-up to the middle of copying.
+                time.sleep(rng.uniform(2.0, 20.0))
+            else:
+                # Once this run has committed 1-3 batches, then at a random point of the next
+                # batch: a machine slow to start Spark must not turn every kill into a start-up
+                # kill.
+                _wait_for_commits(log, seen, rng.randint(1, 3), process)
+                time.sleep(rng.uniform(0.0, 2.0))
             assert process.poll() is None, f"the pipeline exited early:\n{log.read_text()[-3000:]}"
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=60)
-            with open(log, "rb") as handle:
-                handle.seek(seen)
-                commits = sum(1 for line in handle if line.startswith(b"batch "))
+            commits = _commits_since(log, seen)
             killed_while_copying += commits > 0
             if rng.random() < 0.35:
                 shutil.rmtree(lake.checkpoint_dir / f"coldset.{topic}", ignore_errors=True)
