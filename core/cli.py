@@ -112,7 +112,12 @@ def run_command(config_file: Path) -> None:
         config = load_config(config_file, registry=registry)
     except ConfigError as error:
         raise click.ClickException(str(error)) from None
-    run_until_signalled(config, registry)
+    try:
+        run_until_signalled(config, registry)
+    except (PluginError, OSError, ValueError, RuntimeError) as error:
+        # Start-up failures (a port in use, a plugin that cannot start with these settings)
+        # are the operator's to fix: one line, not a traceback.
+        raise click.ClickException(f"{config_file}: cannot start: {error}") from None
 
 
 @cli.group("stack")

@@ -17,7 +17,7 @@ from bergstream.core.proxy.tls import server_ssl_context
 from bergstream.core.proxy.upstream import TargetCluster
 
 
-class ProxyStartError(Exception):
+class ProxyStartError(RuntimeError):
     """The proxy could not start (a port is taken, a TLS file is bad, a factory failed)."""
 
 

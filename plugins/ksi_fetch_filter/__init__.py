@@ -1,1 +1,12 @@
-"""bergstream.plugins.ksi_fetch_filter (see ARCHITECTURE.md)."""
+"""KSI, a Kafka API on Iceberg: a proxy filter that serves offsets Kafka no longer holds from the
+coldset (the Iceberg table the lake pipeline writes), with the original offsets, timestamps,
+keys, values and headers, then hands over to Kafka. See README.md ("KSI") and ARCHITECTURE.md.
+
+Modules, one job each: :mod:`.config` (settings), :mod:`.cache` (memory-bounded LRU),
+:mod:`.segments` (decoded row groups), :mod:`.coldset` (pruned reads of the tables),
+:mod:`.store` (catalog, reader threads, caches, read-ahead),
+:mod:`.batches` (record batches within byte budgets), :mod:`.planner` (which partitions the
+coldset serves, and what), :mod:`.kafka_state` (topic ids and end offsets asked of Kafka out of
+band), :mod:`.responses` (Fetch and ListOffsets messages split and merged), :mod:`.filter` (the
+filter and its factory), :mod:`.plugin` (the registration).
+"""

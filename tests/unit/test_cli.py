@@ -59,3 +59,21 @@ def test_plugins_lists_json():
     result = CliRunner().invoke(cli, ["plugins", "--json"])
     assert result.exit_code == 0
     assert result.output.strip().startswith("[")
+
+
+def test_run_reports_a_start_failure_in_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        path = tmp_path / "busy.yaml"
+        path.write_text(
+            "virtual_clusters:\n  - name: busy\n    target: {bootstrap: '127.0.0.1:9'}\n"
+            f"    gateway: {{port: {port}, broker_start_port: {port + 10}}}\n"
+        )
+        result = CliRunner().invoke(cli, ["run", "-c", str(path)])
+    assert result.exit_code == 1
+    assert f"{path}: cannot start:" in result.output
+    assert "Traceback" not in result.output

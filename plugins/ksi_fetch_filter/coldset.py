@@ -1,0 +1,261 @@
+"""Pruned reads of the coldset: one :class:`ColdTable` per topic, all sharing a
+:class:`~bergstream.plugins.ksi_fetch_filter.store.ColdStore` (catalog, reader threads, caches).
+
+A read never scans a table. The current snapshot's manifests are planned once per Kafka
+partition with a ``kafka_partition`` row filter, which keeps the data files whose partition and
+``kafka_offset`` bounds can hold the partition's rows; a fetch then picks the files whose offset
+bounds reach the fetch offset, opens their Parquet footers and reads only the row groups whose
+offset statistics overlap. Row groups are decoded once and cached within a memory bound; a
+sequential consumer gets the next row groups loaded ahead of it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.conversions import from_bytes
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.expressions import EqualTo
+from pyiceberg.types import LongType, TimestamptzType
+
+from bergstream.core.row_contract import OFFSET_ID, TIMESTAMP_ID, table_boundary
+from bergstream.plugins.ksi_fetch_filter.segments import (
+    Segment,
+    SegmentRef,
+    concat_segments,
+    merge_segments,
+)
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from bergstream.plugins.ksi_fetch_filter.store import ColdStore
+
+_MAX_OFFSET = 2**63 - 1
+#: After a failed table load, fail fast for this long before asking the catalog again.
+_RETRY_SECONDS = 1.0
+
+
+class ColdsetError(Exception):
+    """The coldset could not be read (catalog, metadata or data files): a retriable failure."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileRef:
+    """A data file of one Kafka partition with the bounds its manifest entry promises."""
+
+    path: str
+    low: int
+    high: int
+    timestamp_high: int | None  # ms
+
+
+@dataclass(frozen=True, slots=True)
+class ColdRead:
+    """Rows ``start:stop`` of ``segment`` are every cold row from the fetch offset on up to the
+    last offset they hold; ``tail`` is the boundary minus one when those rows end the
+    partition's cold rows (a batch may then claim the gap up to it), else None."""
+
+    segment: Segment
+    start: int
+    stop: int
+    tail: int | None
+    #: The cached slices the rows come from, with the last offset of each.
+    slices: tuple[tuple[tuple[str, int, int, int], int], ...] = ()
+
+
+@dataclass
+class _Snapshot:
+    snapshot_id: int | None
+    boundary: dict[int, int]
+    table: Table | None
+    loaded_at: float
+    files: dict[int, list[FileRef]] = field(default_factory=dict)
+
+
+def _bound(bounds: dict[int, bytes] | None, field_id: int, kind: Any) -> int | None:
+    if not bounds or field_id not in bounds:
+        return None
+    return int(from_bytes(kind, bounds[field_id]))
+
+
+class ColdTable:
+    """The coldset table of one topic, reloaded every ``table_refresh_seconds``."""
+
+    def __init__(self, store: ColdStore, topic: str, identifier: tuple[str, str]) -> None:
+        self.store = store
+        self.topic = topic
+        self.identifier = identifier
+        self._snapshot: _Snapshot | None = None
+        self._failure: tuple[float, str] | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ snapshot
+
+    def _current(self) -> _Snapshot:
+        with self._lock:
+            snap = self._snapshot
+            now = time.monotonic()
+            if snap is not None and now - snap.loaded_at < self.store.config.table_refresh_seconds:
+                return snap
+            if self._failure is not None and now - self._failure[0] < _RETRY_SECONDS:
+                raise ColdsetError(self._failure[1])  # no catalog storm while it is down
+            try:
+                table = self.store.catalog().load_table(self.identifier)
+            except NoSuchTableError:
+                snap = _Snapshot(None, {}, None, now)
+            except Exception as error:
+                message = f"cannot load table {'.'.join(self.identifier)}: {error}"
+                self._failure = (now, message)
+                raise ColdsetError(message) from error
+            else:
+                self._failure = None
+                current = table.metadata.current_snapshot()
+                snapshot_id = None if current is None else current.snapshot_id
+                if snap is not None and snap.snapshot_id == snapshot_id:
+                    snap.loaded_at = now
+                    return snap
+                snap = _Snapshot(snapshot_id, table_boundary(table), table, now)
+            self._snapshot = snap
+            return snap
+
+    def _files(self, snap: _Snapshot, partition: int) -> list[FileRef]:
+        files = snap.files.get(partition)
+        if files is not None:
+            return files
+        if snap.table is None or snap.snapshot_id is None:
+            return []
+        try:
+            tasks = snap.table.scan(
+                row_filter=EqualTo("kafka_partition", partition),
+                snapshot_id=snap.snapshot_id,
+                selected_fields=("kafka_offset",),
+            ).plan_files()
+        except Exception as error:
+            raise ColdsetError(f"cannot plan {'.'.join(self.identifier)}: {error}") from error
+        files = []
+        for task in tasks:
+            if task.delete_files:
+                raise ColdsetError(
+                    f"{task.file.file_path} has delete files; KSI reads append-only tables"
+                )
+            data = task.file
+            low = _bound(data.lower_bounds, OFFSET_ID, LongType())
+            high = _bound(data.upper_bounds, OFFSET_ID, LongType())
+            ts_high = _bound(data.upper_bounds, TIMESTAMP_ID, TimestamptzType())
+            files.append(
+                FileRef(
+                    data.file_path,
+                    0 if low is None else low,
+                    _MAX_OFFSET if high is None else high,
+                    None if ts_high is None else ts_high // 1000,
+                )
+            )
+        files.sort(key=lambda f: (f.low, f.high))
+        snap.files[partition] = files
+        return files
+
+    # ------------------------------------------------------------------ queries
+
+    def boundary(self, partition: int) -> int | None:
+        """Next offset the pipeline will copy for ``partition``, or None if it has none."""
+        return self._current().boundary.get(partition)
+
+    def first_offset(self, partition: int) -> int | None:
+        """Lowest cold offset of ``partition`` (manifest bounds), or None without cold rows."""
+        snap = self._current()
+        if partition not in snap.boundary:
+            return None
+        files = self._files(snap, partition)
+        return min((f.low for f in files), default=None)
+
+    def read(self, partition: int, offset: int, want_bytes: int = 0) -> ColdRead | None:
+        """The cold rows of ``partition`` from ``offset`` on, within one row group (consecutive
+        cached slices of it until about ``want_bytes`` are there); None when no cold row lies
+        at or after ``offset`` below the boundary."""
+        snap = self._current()
+        boundary = snap.boundary.get(partition)
+        if boundary is None:
+            return None
+        files = self._files(snap, partition)
+        last = max((f.high for f in files), default=-1)
+        while offset < boundary:
+            candidates = [f for f in files if f.high >= offset]
+            if not candidates:
+                return None
+            first = candidates[0]
+            group = [f for f in candidates if f.low <= first.high]
+            refs = [r for f in group for r in self.store.row_groups(f) if r.high >= offset]
+            if not refs:
+                offset = first.high + 1
+                continue
+            lead = min(refs, key=lambda r: (r.low, r.high))
+            chosen = [r for r in refs if r.low <= lead.high]
+            slices: tuple[tuple[tuple[str, int, int, int], int], ...] = ()
+            if len(chosen) == 1:  # the usual case: one row group, read slices of it
+                found = self.store.slices_from(lead, partition, offset, want_bytes)
+                if not found:
+                    offset = lead.high + 1
+                    continue
+                slices = tuple((key, piece.offsets[-1]) for key, piece in found)
+                segment = concat_segments([piece for _, piece in found])
+            else:  # row groups whose offset ranges overlap: merge them whole
+                segment = merge_segments([self.store.segment(r, partition) for r in chosen])
+            limit = min(lead.high, boundary - 1)
+            start = segment.index_of(offset)
+            stop = bisect_right(segment.offsets, limit)
+            if start >= stop:
+                offset = limit + 1
+                continue
+            end = segment.offsets[stop - 1]
+            tail = boundary - 1 if end >= last and boundary - 1 > end else None
+            return ColdRead(segment, start, stop, tail, slices)
+        return None
+
+    def next_refs(self, partition: int, offset: int, count: int) -> list[SegmentRef]:
+        """Up to ``count`` row groups holding offsets from ``offset`` on (for read-ahead)."""
+        snap = self._current()
+        boundary = snap.boundary.get(partition)
+        if boundary is None or count <= 0:
+            return []
+        out: list[SegmentRef] = []
+        for file in self._files(snap, partition):
+            if file.high < offset or file.low >= boundary:
+                continue
+            for ref in self.store.row_groups(file):
+                if ref.high >= offset:
+                    out.append(ref)
+            if len(out) >= count:
+                break
+        out.sort(key=lambda r: r.low)
+        return out[:count]
+
+    def offset_for_timestamp(self, partition: int, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first cold record of ``partition`` whose timestamp is
+        >= ``timestamp`` (ms), or None; files whose timestamp bound is lower are skipped."""
+        snap = self._current()
+        boundary = snap.boundary.get(partition)
+        if boundary is None:
+            return None
+        best: tuple[int, int] | None = None
+        for file in self._files(snap, partition):
+            if best is not None and file.low > best[0]:
+                break
+            if file.timestamp_high is not None and file.timestamp_high < timestamp:
+                continue
+            for ref in sorted(self.store.row_groups(file), key=lambda r: r.low):
+                if best is not None and ref.low > best[0]:
+                    break
+                segment = self.store.segment(ref, partition)
+                for index, value in enumerate(segment.timestamps):
+                    found = segment.offsets[index]
+                    if found >= boundary or (best is not None and found >= best[0]):
+                        break
+                    if value >= timestamp:
+                        best = (found, value)
+                        break
+        return best

@@ -1,0 +1,112 @@
+"""What KSI asks Kafka out of band, cached per virtual cluster: topic ids (Fetch v13+ names
+topics by id) and high watermarks / last stable offsets (for cold partitions' responses)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+
+from bergstream.core.proxy.codec import build, field_entity_type
+
+SendRequest = Callable[[Any], Awaitable[Any]]
+
+METADATA = 3
+LIST_OFFSETS = 2
+#: ListOffsets timestamps with a special meaning.
+LATEST = -1
+EARLIEST = -2
+_METADATA_VERSION = 12
+_LIST_OFFSETS_VERSION = 7
+
+
+class TopicIds:
+    """Topic id -> name, refreshed with a Metadata request when an id is unknown."""
+
+    def __init__(self, min_refresh_seconds: float = 1.0) -> None:
+        self._names: dict[uuid.UUID, str] = {}
+        self._refreshed = float("-inf")
+        self._min_refresh = min_refresh_seconds
+
+    def name(self, topic_id: uuid.UUID) -> str | None:
+        """The cached name of ``topic_id``."""
+        return self._names.get(topic_id)
+
+    def learn(self, topic_id: uuid.UUID, name: str) -> None:
+        """Remember one pair."""
+        self._names[topic_id] = name
+
+    async def resolve(self, topic_ids: Iterable[uuid.UUID], send: SendRequest) -> None:
+        """Make sure ``topic_ids`` are known, asking Kafka (all topics) at most once per
+        ``min_refresh_seconds`` when some are not."""
+        missing = [t for t in topic_ids if t not in self._names]
+        if not missing or time.monotonic() - self._refreshed < self._min_refresh:
+            return
+        self._refreshed = time.monotonic()
+        schema = load_request_schema(METADATA, _METADATA_VERSION)
+        response = await send(build(schema, topics=None, allow_auto_topic_creation=False))
+        for topic in response.topics:
+            if topic.error_code == ErrorCode.none and topic.name and topic.topic_id:
+                self.learn(topic.topic_id, topic.name)
+
+
+class EndOffsets:
+    """High watermark (read_uncommitted) or last stable offset (read_committed) per partition,
+    asked with ListOffsets LATEST and reused for ``max_age_seconds``."""
+
+    def __init__(self, max_age_seconds: float) -> None:
+        self._max_age = max_age_seconds
+        self._values: dict[tuple[str, int, int], tuple[int, float]] = {}
+
+    async def get(
+        self, wanted: Iterable[tuple[str, int]], isolation_level: int, send: SendRequest
+    ) -> dict[tuple[str, int], int]:
+        """End offset of each (topic, partition); partitions Kafka does not answer for are
+        left out."""
+        now = time.monotonic()
+        out: dict[tuple[str, int], int] = {}
+        ask: dict[str, list[int]] = {}
+        for topic, partition in wanted:
+            cached = self._values.get((topic, partition, isolation_level))
+            if cached is not None and now - cached[1] <= self._max_age:
+                out[(topic, partition)] = cached[0]
+            else:
+                ask.setdefault(topic, []).append(partition)
+        if not ask:
+            return out
+        schema = load_request_schema(LIST_OFFSETS, _LIST_OFFSETS_VERSION)
+        topic_type = field_entity_type(schema, "topics")
+        partition_type = field_entity_type(topic_type, "partitions")
+        request = build(
+            schema,
+            replica_id=-1,
+            isolation_level=isolation_level,
+            topics=tuple(
+                build(
+                    topic_type,
+                    name=topic,
+                    partitions=tuple(
+                        build(
+                            partition_type,
+                            partition_index=p,
+                            current_leader_epoch=-1,
+                            timestamp=LATEST,
+                        )
+                        for p in partitions
+                    ),
+                )
+                for topic, partitions in ask.items()
+            ),
+        )
+        response = await send(request)
+        for topic in response.topics:
+            for partition in topic.partitions:
+                if partition.error_code == ErrorCode.none and partition.offset >= 0:
+                    key = (topic.name, partition.partition_index)
+                    out[key] = partition.offset
+                    self._values[(*key, isolation_level)] = (partition.offset, now)
+        return out

@@ -1,0 +1,120 @@
+"""Decide, per fetched partition, whether the coldset serves it, and build what it serves.
+Runs on a reader thread: every call here may block on the catalog or on data files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bergstream.plugins.ksi_fetch_filter.batches import build_cold_batches
+from bergstream.plugins.ksi_fetch_filter.coldset import ColdsetError
+from bergstream.plugins.ksi_fetch_filter.store import ColdStore
+
+Key = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchAsk:
+    """One partition of a Fetch request on a topic KSI serves."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ColdAnswer:
+    """What the coldset says about one fetched partition.
+
+    ``records`` is None when Kafka serves the partition (forward it); ``error`` is set when the
+    coldset failed, so the partition cannot be trusted to Kafka alone; ``log_start`` is the
+    first cold offset, if any.
+    """
+
+    records: bytes | None = None
+    next_offset: int | None = None
+    log_start: int | None = None
+    error: str | None = None
+
+
+def plan_fetch(
+    store: ColdStore, asks: list[FetchAsk], max_bytes: int, batch_max_bytes: int
+) -> dict[Key, ColdAnswer]:
+    """Answer each ask from the coldset where its offset lies in the cold range
+    (first cold offset <= offset < boundary), within the fetch's byte limits."""
+    answers: dict[Key, ColdAnswer] = {}
+    used = 0
+    served_any = False
+    for ask in asks:
+        key = (ask.topic, ask.partition)
+        cold = store.table(ask.topic)
+        if cold is None:
+            continue
+        try:
+            boundary = cold.boundary(ask.partition)
+            first = cold.first_offset(ask.partition)
+            if boundary is None or first is None or not first <= ask.offset < boundary:
+                answers[key] = ColdAnswer(log_start=first)
+                continue
+            budget = max(min(ask.max_bytes, max_bytes - used), 0)
+            read = cold.read(ask.partition, ask.offset, budget)
+            if read is None:
+                answers[key] = ColdAnswer(log_start=first)
+                continue
+            batches = build_cold_batches(
+                read, budget, batch_max_bytes, first_in_response=not served_any
+            )
+        except ColdsetError as error:
+            answers[key] = ColdAnswer(error=str(error))
+            continue
+        except Exception as error:  # a bug or a corrupt file: never silently hand to Kafka
+            answers[key] = ColdAnswer(error=f"{type(error).__name__}: {error}")
+            continue
+        used += len(batches.data)
+        served_any = served_any or bool(batches.data)
+        answers[key] = ColdAnswer(
+            records=batches.data,
+            next_offset=batches.next_offset if batches.records else ask.offset,
+            log_start=first,
+        )
+        if batches.records:
+            store.done_with(read, batches.next_offset)
+            store.prefetch(cold, ask.partition, batches.next_offset)
+    return answers
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAsk:
+    """One partition of a ListOffsets request on a topic KSI serves (EARLIEST or a time)."""
+
+    topic: str
+    partition: int
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAnswer:
+    """The cold answer: (offset, timestamp) or None when the coldset has none; or an error."""
+
+    found: tuple[int, int] | None = None
+    error: str | None = None
+
+
+def plan_offsets(store: ColdStore, asks: list[OffsetAsk]) -> dict[Key, OffsetAnswer]:
+    """EARLIEST (-2): the first cold offset (timestamp -1); a timestamp: the first cold record
+    at or after it."""
+    answers: dict[Key, OffsetAnswer] = {}
+    for ask in asks:
+        cold = store.table(ask.topic)
+        if cold is None:
+            continue
+        key = (ask.topic, ask.partition)
+        try:
+            if ask.timestamp == -2:
+                first = cold.first_offset(ask.partition)
+                answers[key] = OffsetAnswer(None if first is None else (first, -1))
+            else:
+                answers[key] = OffsetAnswer(cold.offset_for_timestamp(ask.partition, ask.timestamp))
+        except Exception as error:
+            answers[key] = OffsetAnswer(error=f"{type(error).__name__}: {error}")
+    return answers

@@ -1,0 +1,253 @@
+"""The coldset store of one virtual cluster: the catalog, the reader threads, the Parquet
+footers and the decoded row-group slices every :class:`~.coldset.ColdTable` shares.
+
+Row groups are read whole (Spark writes them up to 128 MB) and cached as slices of about
+``_SLICE_BYTES`` decoded bytes, each with its own buffers, within ``cache_max_bytes``. Slices a
+sequential reader has passed are the first evicted; read-ahead loads the next row groups only
+into room that unread slices leave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from bisect import bisect_left
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pyarrow.parquet as pq
+
+from bergstream.core.lake import ResolvedLake, load_catalog
+from bergstream.plugins.ksi_fetch_filter.cache import ByteBoundedCache
+from bergstream.plugins.ksi_fetch_filter.coldset import ColdRead, ColdsetError, ColdTable, FileRef
+from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
+from bergstream.plugins.ksi_fetch_filter.segments import (
+    Segment,
+    SegmentRef,
+    concat_segments,
+    read_row_group_slices,
+    row_group_offset_range,
+)
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+T = TypeVar("T")
+
+#: Decoded size of one cached slice of a row group.
+_SLICE_BYTES = 4 * 1024 * 1024
+
+
+class ColdStore:
+    """Catalog, reader threads and caches shared by the tables of one virtual cluster."""
+
+    def __init__(
+        self,
+        lake: ResolvedLake,
+        config: KsiConfig,
+        catalog_factory: Callable[[ResolvedLake], Catalog] = load_catalog,
+    ) -> None:
+        self.lake = lake
+        self.config = config
+        self._catalog_factory = catalog_factory
+        self._catalog: Catalog | None = None
+        self._catalog_lock = threading.Lock()
+        self.executor = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="ksi-cold")
+        self.segments: ByteBoundedCache[Segment] = ByteBoundedCache(config.cache_max_bytes)
+        self._footers: ByteBoundedCache[list[SegmentRef]] = ByteBoundedCache(64 * 1024 * 1024)
+        self._loading: dict[tuple[str, int, int], Future[list[Segment]]] = {}
+        self._slice_index: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
+        self._row_group_bytes = 0
+        self._loading_lock = threading.Lock()
+        self.tables = {
+            topic: ColdTable(self, topic, lake.table_identifier(table))
+            for topic, table in config.table_of().items()
+        }
+
+    def catalog(self) -> Catalog:
+        """The lake's catalog, opened on first use."""
+        with self._catalog_lock:
+            if self._catalog is None:
+                try:
+                    self._catalog = self._catalog_factory(self.lake)
+                except Exception as error:
+                    raise ColdsetError(f"cannot open the lake catalog: {error}") from error
+            return self._catalog
+
+    def table(self, topic: str) -> ColdTable | None:
+        """The cold table of ``topic``, or None if KSI does not serve it."""
+        return self.tables.get(topic)
+
+    def row_groups(self, file: FileRef) -> list[SegmentRef]:
+        """The row groups of a data file with their offset ranges (footer read once)."""
+        cached = self._footers.get(file.path)
+        if cached is not None:
+            return cached
+        table = self._any_table()
+        try:
+            with table.io.new_input(file.path).open() as stream:
+                metadata = pq.ParquetFile(stream).metadata
+        except Exception as error:
+            raise ColdsetError(f"cannot read the footer of {file.path}: {error}") from error
+        column = next(
+            (
+                i
+                for i in range(metadata.num_columns)
+                if metadata.schema.column(i).path == "kafka_offset"
+            ),
+            None,
+        )
+        if column is None:
+            raise ColdsetError(f"{file.path} has no kafka_offset column")
+        refs = []
+        for index in range(metadata.num_row_groups):
+            bounds = row_group_offset_range(metadata, index, column)
+            low, high = bounds if bounds is not None else (file.low, file.high)
+            refs.append(SegmentRef(file.path, index, low, high))
+        self._footers.put(file.path, refs, 200 * len(refs) + len(file.path))
+        return refs
+
+    def _any_table(self) -> Table:
+        for cold in self.tables.values():
+            snap = cold._snapshot
+            if snap is not None and snap.table is not None:
+                return snap.table
+        raise ColdsetError("no coldset table is loaded")
+
+    def segment(self, ref: SegmentRef, partition: int) -> Segment:
+        """Every decoded row of ``partition`` in one row group (its slices joined)."""
+        return concat_segments(self._slices(ref, partition))
+
+    def slices_from(
+        self, ref: SegmentRef, partition: int, offset: int, want_bytes: int
+    ) -> list[tuple[tuple[str, int, int, int], Segment]]:
+        """Cached slices of a row group: the one holding the first row of ``partition`` at
+        or after ``offset``, then the next ones while fewer than ``want_bytes`` are gathered
+        (the row group is read again when a needed slice is not cached)."""
+        base = (ref.path, ref.row_group, partition)
+        index = self._slice_index.get(base)
+        if index is None:
+            self._slices(ref, partition, force=True)
+            index = self._slice_index.get(base, [])
+        number = bisect_left(index, offset, key=lambda bounds: bounds[1])
+        out: list[tuple[tuple[str, int, int, int], Segment]] = []
+        gathered = 0
+        while number < len(index) and (not out or gathered < want_bytes):
+            key = (*base, number)
+            piece = self.segments.get(key)
+            if piece is None:
+                pieces = self._slices(ref, partition, force=True)
+                if number >= len(pieces):
+                    break
+                piece = pieces[number]
+            out.append((key, piece))
+            gathered += piece.nbytes
+            number += 1
+        return out
+
+    def done_with(self, read: ColdRead, next_offset: int) -> None:
+        """A sequential reader has passed the slices ``read`` came from: evict them first."""
+        for key, last in read.slices:
+            if next_offset > last:
+                self.segments.demote(key)
+
+    def _cached(self, ref: SegmentRef, partition: int) -> bool:
+        index = self._slice_index.get((ref.path, ref.row_group, partition))
+        return index is not None and all(
+            (ref.path, ref.row_group, partition, n) in self.segments for n in range(len(index))
+        )
+
+    def _slices(self, ref: SegmentRef, partition: int, force: bool = False) -> list[Segment]:
+        """The slices of a row group, from the cache or read now (once, however many threads
+        ask at the same time)."""
+        base = (ref.path, ref.row_group, partition)
+        if not force:
+            index = self._slice_index.get(base)
+            if index is not None:
+                pieces = [self.segments.get((*base, n)) for n in range(len(index))]
+                if all(piece is not None for piece in pieces):
+                    return pieces  # type: ignore[return-value]
+        with self._loading_lock:
+            future = self._loading.get(base)
+            owner = future is None
+            if future is None:
+                future = Future()
+                self._loading[base] = future
+        if not owner:
+            return future.result()
+        try:
+            slices = self._read_slices(ref, partition)
+        except BaseException as error:
+            future.set_exception(error)
+            raise
+        else:
+            future.set_result(slices)
+            for number, piece in enumerate(slices):
+                self.segments.put((*base, number), piece, piece.nbytes)
+            self._slice_index[base] = [(p.offsets[0], p.offsets[-1]) for p in slices]
+            self._row_group_bytes = sum(p.nbytes for p in slices)
+            return slices
+        finally:
+            with self._loading_lock:
+                self._loading.pop(base, None)
+
+    def _read_slices(self, ref: SegmentRef, partition: int) -> list[Segment]:
+        table = self._any_table()
+        try:
+            with table.io.new_input(ref.path).open() as stream:
+                return read_row_group_slices(
+                    pq.ParquetFile(stream), ref.row_group, partition, _SLICE_BYTES
+                )
+        except Exception as error:
+            raise ColdsetError(
+                f"cannot read row group {ref.row_group} of {ref.path}: {error}"
+            ) from error
+
+    def prefetch(self, cold: ColdTable, partition: int, offset: int) -> None:
+        """Load the row groups after ``offset`` in the background (errors are ignored: the
+        fetch that needs them reads them again and reports the failure)."""
+        count = self.config.read_ahead_segments
+        if count <= 0:
+            return
+
+        def work() -> None:
+            try:
+                for ref in cold.next_refs(partition, offset, count):
+                    if self._cached(ref, partition):
+                        continue
+                    # Only into room the unread entries leave: never evict what a reader
+                    # still needs to make room for what it may need later.
+                    if self.segments.live_size + self._row_group_bytes > self.segments.max_bytes:
+                        return
+                    self._slices(ref, partition)
+            except Exception:  # read-ahead is best effort
+                pass
+
+        self.executor.submit(work)
+
+    async def run(self, function: Callable[..., T], *args: Any) -> T:
+        """Run a blocking coldset call on the reader threads, within ``read_timeout_seconds``;
+        any failure becomes :class:`ColdsetError`."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(
+                loop.run_in_executor(self.executor, function, *args),
+                self.config.read_timeout_seconds,
+            )
+        except ColdsetError:
+            raise
+        except TimeoutError:
+            raise ColdsetError(
+                f"a coldset read took over {self.config.read_timeout_seconds} s"
+            ) from None
+        except Exception as error:
+            raise ColdsetError(f"{type(error).__name__}: {error}") from error
+
+    def close(self) -> None:
+        """Stop the reader threads and drop the caches."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.segments.clear()
+        self._footers.clear()
+        self._slice_index.clear()

@@ -1,0 +1,351 @@
+"""The ksi filter against a fake upstream: Fetch split and merged, ListOffsets answered from
+the coldset, topic ids resolved out of band, faults turned into retriable errors."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+
+from bergstream.core.lake import ResolvedLake
+from bergstream.core.plugins import PluginRegistry
+from bergstream.core.proxy.api import ErrorResponse, FilterFactoryContext, Forward, ShortCircuit
+from bergstream.core.proxy.codec import (
+    build,
+    decode_response,
+    encode_response,
+    field_entity_type,
+    field_names,
+    make_request_header,
+    response_schema,
+)
+from bergstream.core.records import read_records, split_batches
+from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
+from bergstream.plugins.ksi_fetch_filter.filter import KsiFactory, KsiFilter, KsiSetupError
+from tests.ksi.coldset_kit import FakeContext, ksi_config_model, make_lake, make_record, write_cold
+
+TOPIC = "orders"
+TOPIC_ID = uuid.UUID(int=42)
+HIGH_WATERMARK = 1_000
+BOUNDARY = 600
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> ResolvedLake:
+    lake = make_lake(tmp_path)
+    rows = [(p, 0, make_record(o)) for p in (0, 1) for o in range(BOUNDARY)]
+    write_cold(lake, TOPIC, rows, {0: BOUNDARY, 1: BOUNDARY}, rows_per_file=250)
+    return lake
+
+
+def _factory(lake: ResolvedLake, catalog_error: bool = False, **settings: Any) -> KsiFactory:
+    context = FilterFactoryContext("test", ksi_config_model(lake), cast(PluginRegistry, None))
+    factory = KsiFactory(KsiConfig(topics=[TOPIC], **settings), context)
+    if catalog_error:
+
+        def broken(_: ResolvedLake) -> Any:
+            raise OSError("catalog unreachable")
+
+        factory.store._catalog_factory = broken
+    return factory
+
+
+async def _upstream(request: Any) -> Any:
+    """Kafka's side of out-of-band requests: Metadata (topic ids) and ListOffsets LATEST."""
+    schema = response_schema(request.__api_key__, request.__version__)
+    if request.__api_key__ == 3:
+        topic_type = field_entity_type(schema, "topics")
+        return build(schema, topics=(build(topic_type, name=TOPIC, topic_id=TOPIC_ID),))
+    topic_type = field_entity_type(schema, "topics")
+    partition_type = field_entity_type(topic_type, "partitions")
+    return build(
+        schema,
+        topics=tuple(
+            build(
+                topic_type,
+                name=t.name,
+                partitions=tuple(
+                    build(
+                        partition_type,
+                        partition_index=p.partition_index,
+                        offset=HIGH_WATERMARK,
+                        timestamp=-1,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        ),
+    )
+
+
+def _make(entity_type: type[Any], **values: Any) -> Any:
+    """``build`` with the values the entity's version has."""
+    names = field_names(entity_type)
+    return build(entity_type, **{k: v for k, v in values.items() if k in names})
+
+
+def _fetch(version: int, offsets: dict[int, int], max_bytes: int = 10**8) -> tuple[Any, Any]:
+    schema = load_request_schema(1, version)
+    topic_type = field_entity_type(schema, "topics")
+    partition_type = field_entity_type(topic_type, "partitions")
+    request = _make(
+        schema,
+        replica_id=-1,
+        max_bytes=max_bytes,
+        session_id=7,
+        session_epoch=3,
+        topics=(
+            _make(
+                topic_type,
+                topic=TOPIC,
+                topic_id=TOPIC_ID,
+                partitions=tuple(
+                    _make(
+                        partition_type,
+                        partition=p,
+                        fetch_offset=o,
+                        partition_max_bytes=10**6,
+                        current_leader_epoch=-1,
+                    )
+                    for p, o in offsets.items()
+                ),
+            ),
+        ),
+    )
+    return make_request_header(1, version, 11, "client"), request
+
+
+def _kafka_fetch_response(version: int, partitions: dict[int, int]) -> Any:
+    """Kafka's answer: each partition with the error code given."""
+    schema = response_schema(1, version)
+    topic_type = field_entity_type(schema, "responses")
+    partition_type = field_entity_type(topic_type, "partitions")
+    return _make(
+        schema,
+        session_id=7,
+        responses=(
+            _make(
+                topic_type,
+                topic=TOPIC,
+                topic_id=TOPIC_ID,
+                partitions=tuple(
+                    _make(
+                        partition_type,
+                        partition_index=p,
+                        error_code=code,
+                        high_watermark=HIGH_WATERMARK,
+                        log_start_offset=500,
+                        records=b"",
+                    )
+                    for p, code in partitions.items()
+                ),
+            ),
+        ),
+    )
+
+
+def _records(partition: Any) -> list[Any]:
+    return [r for batch in split_batches(partition.records) for r in read_records(batch)]
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 13, 17, 18])
+async def test_a_cold_fetch_is_answered_from_the_coldset(lake: ResolvedLake, version: int) -> None:
+    factory = _factory(lake)
+    await factory.start()
+    context = FakeContext(_upstream)
+    header, request = _fetch(version, {0: 0, 1: 300})
+    action = await KsiFilter(factory).on_request(header, request, context)
+    assert isinstance(action, ShortCircuit)
+    frame = encode_response(11, action.response)
+    _, response = decode_response(1, version, frame[4:])
+    (topic,) = response.responses
+    parts = {p.partition_index: p for p in topic.partitions}
+    assert _records(parts[0]) == [make_record(o) for o in range(250)]  # one data file's rows
+    assert _records(parts[1])[0] == make_record(300)
+    assert parts[0].high_watermark == HIGH_WATERMARK
+    if version >= 5:
+        assert parts[0].log_start_offset == 0
+    await factory.close()
+
+
+async def test_a_mixed_fetch_goes_half_upstream_and_comes_back_whole(lake: ResolvedLake) -> None:
+    factory = _factory(lake)
+    await factory.start()
+    context = FakeContext(_upstream)
+    ksi = KsiFilter(factory)
+    header, request = _fetch(13, {0: 10, 1: 700})
+    action = await ksi.on_request(header, request, context)
+    assert isinstance(action, Forward)
+    forwarded = action.payload
+    assert [p.partition for t in forwarded.topics for p in t.partitions] == [1]
+    assert forwarded.session_id == 0 and forwarded.session_epoch == -1
+    assert forwarded.max_wait.total_seconds() == 0  # cold records are waiting
+    answer = await ksi.on_response(header, _kafka_fetch_response(13, {1: 0}), context)
+    assert isinstance(answer, Forward)
+    (topic,) = answer.payload.responses
+    parts = {p.partition_index: p for p in topic.partitions}
+    assert set(parts) == {0, 1}
+    assert _records(parts[0])[0] == make_record(10)
+    assert parts[1].log_start_offset == 0  # coherent with what the coldset serves
+    assert answer.payload.session_id == 0
+    await factory.close()
+
+
+async def test_hot_fetches_and_other_topics_pass(lake: ResolvedLake) -> None:
+    factory = _factory(lake)
+    await factory.start()
+    header, request = _fetch(12, {0: BOUNDARY, 1: 900})
+    action = await KsiFilter(factory).on_request(header, request, FakeContext(_upstream))
+    assert isinstance(action, Forward)
+    assert action.payload.topics == request.topics
+    await factory.close()
+
+
+async def test_max_bytes_bounds_the_cold_answer(lake: ResolvedLake) -> None:
+    factory = _factory(lake, batch_max_bytes=2048)
+    await factory.start()
+    header, request = _fetch(12, {0: 0, 1: 0}, max_bytes=5000)
+    action = await KsiFilter(factory).on_request(header, request, FakeContext(_upstream))
+    assert isinstance(action, ShortCircuit)
+    sizes = [len(p.records) for t in action.response.responses for p in t.partitions]
+    assert 0 < sum(sizes) <= 5000
+    await factory.close()
+
+
+def _list_offsets(timestamps: dict[int, int]) -> tuple[Any, Any]:
+    schema = load_request_schema(2, 7)
+    topic_type = field_entity_type(schema, "topics")
+    partition_type = field_entity_type(topic_type, "partitions")
+    request = build(
+        schema,
+        replica_id=-1,
+        topics=(
+            build(
+                topic_type,
+                name=TOPIC,
+                partitions=tuple(
+                    build(partition_type, partition_index=p, timestamp=t, current_leader_epoch=-1)
+                    for p, t in timestamps.items()
+                ),
+            ),
+        ),
+    )
+    return make_request_header(2, 7, 5, "client"), request
+
+
+def _kafka_offsets(answers: dict[int, tuple[int, int]]) -> Any:
+    schema = response_schema(2, 7)
+    topic_type = field_entity_type(schema, "topics")
+    partition_type = field_entity_type(topic_type, "partitions")
+    return build(
+        schema,
+        topics=(
+            build(
+                topic_type,
+                name=TOPIC,
+                partitions=tuple(
+                    build(partition_type, partition_index=p, offset=o, timestamp=t, leader_epoch=0)
+                    for p, (o, t) in answers.items()
+                ),
+            ),
+        ),
+    )
+
+
+async def test_list_offsets_earliest_and_by_time_reach_into_the_coldset(
+    lake: ResolvedLake,
+) -> None:
+    factory = _factory(lake)
+    await factory.start()
+    context = FakeContext(_upstream)
+    ksi = KsiFilter(factory)
+    wanted = make_record(123).timestamp
+    header, request = _list_offsets({0: -2, 1: wanted})
+    assert isinstance(await ksi.on_request(header, request, context), Forward)
+    kafka = _kafka_offsets({0: (500, -1), 1: (500, 1)})
+    answer = await ksi.on_response(header, kafka, context)
+    assert isinstance(answer, Forward)
+    parts = {p.partition_index: p for p in answer.payload.topics[0].partitions}
+    assert (parts[0].offset, parts[0].timestamp) == (0, -1)
+    assert (parts[1].offset, parts[1].timestamp) == (123, wanted)
+    # LATEST passes untouched
+    header, request = _list_offsets({0: -1})
+    assert isinstance(await ksi.on_request(header, request, context), Forward)
+    kafka = _kafka_offsets({0: (HIGH_WATERMARK, -1)})
+    answer = await ksi.on_response(header, kafka, context)
+    assert isinstance(answer, Forward) and answer.payload == kafka
+    await factory.close()
+
+
+async def test_a_failing_coldset_gives_retriable_errors_never_a_silent_skip(
+    lake: ResolvedLake,
+) -> None:
+    factory = _factory(lake, catalog_error=True)
+    await factory.start()
+    context = FakeContext(_upstream)
+    ksi = KsiFilter(factory)
+    header, request = _fetch(12, {0: 0})
+    action = await ksi.on_request(header, request, context)
+    assert isinstance(action, Forward)  # Kafka may still hold the offset
+    kafka = _kafka_fetch_response(12, {0: int(ErrorCode.offset_out_of_range)})
+    answer = await ksi.on_response(header, kafka, context)
+    assert isinstance(answer, Forward)
+    (part,) = answer.payload.responses[0].partitions
+    assert part.error_code == ErrorCode.kafka_storage_error  # retriable, no offset reset
+    header, request = _list_offsets({0: -2})
+    await ksi.on_request(header, request, context)
+    answer = await ksi.on_response(header, _kafka_offsets({0: (500, -1)}), context)
+    assert isinstance(answer, Forward)
+    assert answer.payload.topics[0].partitions[0].error_code == ErrorCode.kafka_storage_error
+    await factory.close()
+
+
+async def test_an_internal_failure_answers_a_retriable_error(lake: ResolvedLake) -> None:
+    factory = _factory(lake)
+    await factory.start()
+
+    async def down(request: Any) -> Any:
+        raise ConnectionError("upstream gone")
+
+    header, request = _fetch(13, {0: 0})
+    action = await KsiFilter(factory).on_request(header, request, FakeContext(down))
+    assert isinstance(action, ErrorResponse)
+    assert action.error_code == ErrorCode.kafka_storage_error
+    await factory.close()
+
+
+def test_the_filter_needs_a_lake_section() -> None:
+    from bergstream.core.config import BergstreamConfig
+
+    context = FilterFactoryContext("test", BergstreamConfig(), cast(PluginRegistry, None))
+    with pytest.raises(KsiSetupError, match="lake: section"):
+        KsiFactory(KsiConfig(topics=[TOPIC]), context)
+
+
+def test_topics_take_names_or_mappings() -> None:
+    config = KsiConfig(topics=["a", {"topic": "b", "table": "b_cold"}])
+    assert config.table_of() == {"a": "a", "b": "b_cold"}
+    with pytest.raises(ValueError, match="listed twice"):
+        KsiConfig(topics=["a", "a"])
+
+
+async def test_an_offset_below_the_coldset_goes_to_kafka(tmp_path: Path) -> None:
+    lake = make_lake(tmp_path)
+    write_cold(lake, TOPIC, [(0, 0, make_record(o)) for o in range(100, 200)], {0: 200})
+    factory = _factory(lake)
+    await factory.start()
+    ksi = KsiFilter(factory)
+    context = FakeContext(_upstream)
+    header, request = _fetch(12, {0: 50})
+    action = await ksi.on_request(header, request, context)
+    assert isinstance(action, Forward)  # neither store may hold it: Kafka answers
+    kafka = _kafka_fetch_response(12, {0: int(ErrorCode.offset_out_of_range)})
+    answer = await ksi.on_response(header, kafka, context)
+    assert isinstance(answer, Forward)
+    assert answer.payload.responses[0].partitions[0].error_code == ErrorCode.offset_out_of_range
+    await factory.close()
