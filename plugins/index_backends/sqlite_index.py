@@ -1,0 +1,187 @@
+"""The ``sqlite`` index backend: ISK's chunk index in one SQLite file (WAL mode).
+
+One row per chunk, keyed by (topic, partition, start_offset); per-column bounds are JSON. WAL
+lets one writer and many readers (threads or processes) work at once; every thread gets its own
+connection. The file survives restarts: reopening it serves what was committed before.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import sqlite3
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bergstream.core.backends import ChunkEntry
+
+__all__ = ["IndexClosedError", "IndexEntryError", "SqliteIndex", "decode_bounds", "encode_bounds"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunks (
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    start_offset INTEGER NOT NULL,
+    end_offset INTEGER NOT NULL,
+    row_count INTEGER NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    bounds TEXT NOT NULL,
+    PRIMARY KEY (topic, partition, start_offset)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS chunks_by_end ON chunks (topic, partition, end_offset);
+"""
+
+_UPSERT = "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?)"
+_OVERLAPPING = (
+    "SELECT topic, partition, start_offset, end_offset, row_count, size_bytes, bounds "
+    "FROM chunks WHERE topic = ? AND partition = ? AND end_offset > ? AND start_offset < ? "
+    "ORDER BY start_offset"
+)
+_NO_END = 2**63 - 1
+
+
+class IndexEntryError(ValueError):
+    """A chunk entry the index refuses (negative or inverted offsets, unencodable bounds)."""
+
+
+class IndexClosedError(RuntimeError):
+    """The index was used after :meth:`SqliteIndex.close`."""
+
+
+def _encode_value(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            raise IndexEntryError(f"bound {value!r} is a naive datetime; give it a timezone")
+        return {"$ts": value.isoformat()}
+    if isinstance(value, bytes):
+        return {"$b64": base64.b64encode(value).decode("ascii")}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise IndexEntryError(
+        f"bound {value!r} of type {type(value).__name__} cannot be stored: use int, float, str, "
+        "bytes, bool, None or an aware datetime"
+    )
+
+
+def _decode_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "$ts" in value:
+            return dt.datetime.fromisoformat(value["$ts"])
+        if "$b64" in value:
+            return base64.b64decode(value["$b64"])
+    return value
+
+
+def encode_bounds(bounds: Mapping[str, tuple[Any, Any]]) -> str:
+    """JSON of per-column ``(lower, upper)`` bounds; datetimes and bytes are tagged objects."""
+    out = {}
+    for column, pair in bounds.items():
+        if len(pair) != 2:
+            raise IndexEntryError(f"bounds of {column!r} must be a (lower, upper) pair: {pair!r}")
+        out[str(column)] = [_encode_value(pair[0]), _encode_value(pair[1])]
+    return json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+
+def decode_bounds(text: str) -> dict[str, tuple[Any, Any]]:
+    """The inverse of :func:`encode_bounds`."""
+    return {
+        column: (_decode_value(low), _decode_value(high))
+        for column, (low, high) in json.loads(text).items()
+    }
+
+
+def _row(entry: ChunkEntry) -> tuple[Any, ...]:
+    if entry.partition < 0 or entry.start_offset < 0 or entry.end_offset < entry.start_offset:
+        raise IndexEntryError(
+            f"chunk {entry.topic}/{entry.partition} [{entry.start_offset}, {entry.end_offset}) "
+            "needs partition >= 0 and 0 <= start_offset <= end_offset"
+        )
+    if entry.row_count < 0 or entry.size_bytes < 0:
+        raise IndexEntryError(
+            f"chunk {entry.topic}/{entry.partition}@{entry.start_offset}: row_count and "
+            "size_bytes must be >= 0"
+        )
+    return (
+        entry.topic,
+        entry.partition,
+        entry.start_offset,
+        entry.end_offset,
+        entry.row_count,
+        entry.size_bytes,
+        encode_bounds(entry.bounds),
+    )
+
+
+class SqliteIndex:
+    """An :class:`~bergstream.core.backends.IndexBackend` on one SQLite file in WAL mode."""
+
+    def __init__(self, path: Path, busy_timeout_seconds: float = 30.0) -> None:
+        """Open (creating it and its directory if needed) the index at ``path``."""
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._timeout = busy_timeout_seconds
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        self._closed = False
+        connection = self._connection()
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.executescript(_SCHEMA)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise IndexClosedError(f"the index {self.path} is closed")
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = sqlite3.connect(
+                self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
+            )
+            connection.execute("PRAGMA synchronous=NORMAL")
+            self._local.connection = connection
+            with self._lock:
+                self._connections.append(connection)
+        return connection
+
+    def put_chunks(self, entries: Sequence[ChunkEntry]) -> None:
+        """Insert or replace chunks (keyed by topic, partition, start_offset) in one transaction."""
+        rows = [_row(entry) for entry in entries]
+        if not rows:
+            return
+        connection = self._connection()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            connection.executemany(_UPSERT, rows)
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+
+    def chunks(
+        self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None
+    ) -> list[ChunkEntry]:
+        """Chunks overlapping ``[start_offset, end_offset)`` in offset order."""
+        end = _NO_END if end_offset is None else end_offset
+        rows = self._connection().execute(_OVERLAPPING, (topic, partition, start_offset, end))
+        return [
+            ChunkEntry(
+                topic=row[0],
+                partition=row[1],
+                start_offset=row[2],
+                end_offset=row[3],
+                row_count=row[4],
+                size_bytes=row[5],
+                bounds=decode_bounds(row[6]),
+            )
+            for row in rows
+        ]
+
+    def close(self) -> None:
+        """Close every connection; later calls raise :class:`IndexClosedError`."""
+        with self._lock:
+            self._closed = True
+            connections, self._connections = self._connections, []
+        for connection in connections:
+            connection.close()
