@@ -1,0 +1,335 @@
+"""The Iceberg REST catalog (read-only) over a :class:`TableProvider`.
+
+Routes, under ``/v1/`` and, when a prefix is configured, ``/v1/{prefix}/``: ``GET /v1/config``,
+namespaces GET/HEAD, table listing, table GET/HEAD (``If-None-Match`` -> 304), ``credentials``,
+``metrics`` (-> 204) and, when OAuth client credentials are configured, ``POST /v1/oauth/tokens``
+(then a bearer token is required everywhere else). Every write is refused with 403 and an
+``IcebergErrorResponse``. Paths are parsed by hand so that every answer, including unknown routes,
+has the error type clients expect (``NoSuchTableException`` for anything under ``/tables/{t}``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+from aiohttp import web
+
+from bergstream.plugins.isk_gateway.provider import (
+    LoadedTable,
+    NoSuchNamespace,
+    NoSuchTable,
+    ProviderUnavailable,
+    TableProvider,
+)
+
+__all__ = ["ENDPOINTS", "CatalogSettings", "RestCatalogApp"]
+
+log = logging.getLogger(__name__)
+
+ENDPOINTS = [
+    "GET /v1/{prefix}/namespaces",
+    "GET /v1/{prefix}/namespaces/{namespace}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
+]
+_ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
+_TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+
+
+@dataclass(frozen=True)
+class CatalogSettings:
+    """What the catalog needs beyond the provider (built by the service from its config)."""
+
+    bucket: str
+    s3_endpoint: str
+    access_key: str
+    secret_key: str
+    region: str
+    prefix: str | None = None
+    client_id: str | None = None
+    client_secret: str | None = None
+    token_ttl_seconds: int = 3600
+
+
+class _Error(Exception):
+    def __init__(self, status: int, type_: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type_
+        self.message = message
+
+
+class RestCatalogApp:
+    """aiohttp application serving the Iceberg REST catalog API."""
+
+    def __init__(self, provider: TableProvider, settings: CatalogSettings) -> None:
+        self.provider = provider
+        self.settings = settings
+        self.auth = settings.client_id is not None and settings.client_secret is not None
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        head = request.method == "HEAD"
+        segments = [unquote(s) for s in request.rel_url.raw_path.strip("/").split("/")]
+        try:
+            if segments[:1] != ["v1"]:
+                raise _Error(404, "NotFoundException", "No route for this path")
+            rest = segments[1:]
+            if rest == ["oauth", "tokens"]:
+                return await self._tokens(request)
+            self._authorize(request)
+            if rest == ["config"]:
+                _only(request, "GET")
+                return self._config()
+            prefix = self.settings.prefix
+            if prefix is not None and rest[:1] == [prefix] and rest[1:2] == ["namespaces"]:
+                rest = rest[1:]
+            if rest[:1] != ["namespaces"]:
+                if request.method not in ("GET", "HEAD"):
+                    raise _Error(403, "ForbiddenException", "This catalog is read-only")
+                raise _Error(404, "NotFoundException", "No route for this path")
+            return await self._namespaces(request, rest[1:], head)
+        except _Error as exc:
+            return _error(exc, head)
+        except ProviderUnavailable as exc:
+            return _error(
+                _Error(
+                    503,
+                    "ServiceUnavailableException",
+                    str(exc) or "Service unavailable, retry later",
+                ),
+                head,
+            )
+        except Exception:
+            log.exception("REST catalog failed on %s %s", request.method, request.rel_url)
+            return _error(_Error(500, "InternalServerError", "Internal server error"), head)
+
+    async def _namespaces(
+        self, request: web.Request, rest: list[str], head: bool
+    ) -> web.StreamResponse:
+        method = request.method
+        if not rest:
+            _only(request, "GET")
+            if request.query.get("parent"):
+                return _json({"namespaces": []})
+            names = await self.provider.list_namespaces()
+            return _json({"namespaces": [[n] for n in names]})
+        namespace = rest[0]
+        if len(rest) == 1:
+            _only(request, "GET", "HEAD")
+            await self._check_namespace(namespace)
+            if head:
+                return web.Response(status=204)
+            return _json({"namespace": [namespace], "properties": {}})
+        if rest[1] != "tables":
+            if method not in ("GET", "HEAD"):
+                raise _Error(403, "ForbiddenException", "This catalog is read-only")
+            raise _Error(404, "NotFoundException", "No route for this path")
+        if len(rest) == 2:
+            _only(request, "GET")
+            try:
+                tables = await self.provider.list_tables(namespace)
+            except NoSuchNamespace as exc:
+                raise _no_namespace(namespace) from exc
+            return _json({"identifiers": [{"namespace": [namespace], "name": t} for t in tables]})
+        table = rest[2]
+        tail = rest[3:]
+        try:
+            if not tail:
+                _only(request, "GET", "HEAD")
+                return await self._load(request, namespace, table, head)
+            if tail == ["credentials"]:
+                _only(request, "GET")
+                await self._loaded(namespace, table)
+                return _json(
+                    {
+                        "storage-credentials": [
+                            {"prefix": f"s3://{self.settings.bucket}/", "config": self._s3_config()}
+                        ]
+                    }
+                )
+            if tail == ["metrics"]:
+                _only(request, "POST")
+                await request.read()
+                return web.Response(status=204)
+            if method not in ("GET", "HEAD"):
+                raise _Error(403, "ForbiddenException", "This catalog is read-only")
+            raise _Error(404, "NoSuchTableException", f"No such route for table {table}")
+        except _Error as exc:
+            if exc.status == 404:
+                exc.type = "NoSuchTableException"
+            raise
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    def _config(self) -> web.Response:
+        overrides = {"prefix": self.settings.prefix} if self.settings.prefix else {}
+        return _json({"defaults": {}, "overrides": overrides, "endpoints": ENDPOINTS})
+
+    async def _load(
+        self, request: web.Request, namespace: str, table: str, head: bool
+    ) -> web.StreamResponse:
+        loaded = await self._loaded(namespace, table)
+        etag = _table_etag(loaded.metadata_location)
+        if_none_match = request.headers.get("If-None-Match")
+        if if_none_match is not None:
+            wanted = {c.strip().removeprefix("W/").strip('"') for c in if_none_match.split(",")}
+            if etag.strip('"') in wanted or loaded.metadata_location in wanted:
+                return web.Response(status=304, headers={"ETag": etag})
+        if head:
+            return web.Response(status=204, headers={"ETag": etag})
+        body = {
+            "metadata-location": loaded.metadata_location,
+            "metadata": loaded.metadata,
+            "config": self._s3_config(),
+        }
+        return _json(body, headers={"ETag": etag})
+
+    async def _loaded(self, namespace: str, table: str) -> LoadedTable:
+        try:
+            return await self.provider.load_table(namespace, table)
+        except (NoSuchTable, NoSuchNamespace) as exc:
+            raise _Error(
+                404, "NoSuchTableException", f"Table does not exist: {namespace}.{table}"
+            ) from exc
+
+    async def _check_namespace(self, namespace: str) -> None:
+        try:
+            await self.provider.list_tables(namespace)
+        except NoSuchNamespace as exc:
+            raise _no_namespace(namespace) from exc
+
+    def _s3_config(self) -> dict[str, str]:
+        s = self.settings
+        return {
+            "s3.endpoint": s.s3_endpoint,
+            "s3.path-style-access": "true",
+            "s3.access-key-id": s.access_key,
+            "s3.secret-access-key": s.secret_key,
+            "s3.region": s.region,
+            "client.region": s.region,
+        }
+
+    # -- OAuth ------------------------------------------------------------------------------
+
+    async def _tokens(self, request: web.Request) -> web.Response:
+        if not self.auth:
+            raise _Error(404, "NotFoundException", "OAuth is not enabled on this catalog")
+        if request.method != "POST":
+            raise _Error(405, "MethodNotAllowedException", "Use POST")
+        form = dict(parse_qsl((await request.read()).decode("utf-8", "replace")))
+        grant = form.get("grant_type", "")
+        if grant == _TOKEN_EXCHANGE:
+            if not self._token_valid(form.get("subject_token", "")):
+                return _oauth_error("invalid_grant", "The subject token is invalid or expired")
+        elif grant == "client_credentials":
+            client_id, client_secret = form.get("client_id"), form.get("client_secret")
+            basic = request.headers.get("Authorization", "")
+            if basic.lower().startswith("basic "):
+                try:
+                    decoded = base64.b64decode(basic[6:].strip(), validate=True).decode()
+                except (binascii.Error, UnicodeDecodeError):
+                    return _oauth_error("invalid_client", "Malformed Basic credentials")
+                client_id, _, client_secret = decoded.partition(":")
+                client_id, client_secret = unquote(client_id), unquote(client_secret)
+            if client_id is None and client_secret and ":" in client_secret:
+                client_id, _, client_secret = client_secret.partition(":")
+            if not (
+                client_id is not None
+                and client_secret is not None
+                and hmac.compare_digest(client_id.encode(), self.settings.client_id.encode())
+                and hmac.compare_digest(
+                    client_secret.encode(), self.settings.client_secret.encode()
+                )
+            ):
+                return _oauth_error("invalid_client", "Unknown client or wrong secret")
+        else:
+            return _oauth_error("unsupported_grant_type", f"Unsupported grant_type {grant!r}")
+        return _json(
+            {
+                "access_token": self._issue_token(),
+                "token_type": "bearer",
+                "expires_in": self.settings.token_ttl_seconds,
+                "issued_token_type": _ACCESS_TOKEN_TYPE,
+            }
+        )
+
+    def _issue_token(self) -> str:
+        expiry = str(int(time.time()) + self.settings.token_ttl_seconds)
+        return f"{expiry}.{self._mac(expiry)}"
+
+    def _mac(self, expiry: str) -> str:
+        key = (self.settings.client_secret or "").encode()
+        return hmac.new(key, b"bergstream-isk:" + expiry.encode(), hashlib.sha256).hexdigest()
+
+    def _token_valid(self, token: str) -> bool:
+        expiry, _, mac = token.partition(".")
+        if not expiry.isdigit() or int(expiry) < time.time():
+            return False
+        return hmac.compare_digest(mac.encode(), self._mac(expiry).encode())
+
+    def _authorize(self, request: web.Request) -> None:
+        if not self.auth:
+            return
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not self._token_valid(token.strip()):
+            raise _Error(401, "NotAuthorizedException", "Missing or invalid bearer token")
+
+
+def _only(request: web.Request, *methods: str) -> None:
+    if request.method in methods:
+        return
+    if request.method in ("GET", "HEAD"):
+        raise _Error(405, "MethodNotAllowedException", f"{request.method} is not supported here")
+    raise _Error(403, "ForbiddenException", "This catalog is read-only")
+
+
+def _no_namespace(namespace: str) -> _Error:
+    return _Error(404, "NoSuchNamespaceException", f"Namespace does not exist: {namespace}")
+
+
+def _table_etag(metadata_location: str) -> str:
+    return '"' + hashlib.sha256(metadata_location.encode()).hexdigest()[:32] + '"'
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=status,
+        headers=headers,
+        body=json.dumps(body, separators=(",", ":")).encode(),
+        content_type="application/json",
+    )
+
+
+def _error(exc: _Error, head: bool) -> web.Response:
+    if head:
+        return web.Response(status=exc.status)
+    return _json(
+        {"error": {"message": exc.message, "type": exc.type, "code": exc.status}},
+        status=exc.status,
+    )
+
+
+def _oauth_error(error: str, description: str) -> web.Response:
+    status = 400 if error in ("unsupported_grant_type", "invalid_grant") else 401
+    return _json({"error": error, "error_description": description}, status=status)

@@ -1,0 +1,356 @@
+"""The S3 gateway: one read-only bucket whose objects are the files a :class:`TableProvider` serves.
+
+Path-style addressing only (``/{bucket}/{key}``). Every request must be SigV4-signed with the
+configured key. Objects: GET/HEAD with single ``Range`` forms (``bytes=a-b``, ``bytes=a-``,
+``bytes=-N``), ``If-Match``/``If-None-Match``; bucket: HEAD, ``?location``, ListObjectsV2.
+ETags derive from key and size (a key encodes everything needed to rebuild its file, so the
+same key always has the same bytes); Last-Modified is the gateway's start time, stable per key.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import email.utils
+import hashlib
+import logging
+from urllib.parse import parse_qsl, quote, unquote
+from xml.sax.saxutils import escape
+
+from aiohttp import web
+
+from bergstream.plugins.isk_gateway.http.sigv4 import SigV4Error, verify_sigv4
+from bergstream.plugins.isk_gateway.provider import NoSuchFile, ProviderUnavailable, TableProvider
+
+__all__ = ["S3Gateway", "object_etag"]
+
+log = logging.getLogger(__name__)
+
+MAX_KEYS = 1000
+_XML_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
+_STATUS = {
+    "AccessDenied": 403,
+    "NoSuchKey": 404,
+    "NoSuchBucket": 404,
+    "InvalidRange": 416,
+    "PreconditionFailed": 412,
+    "InvalidArgument": 400,
+    "SlowDown": 503,
+    "InternalError": 500,
+}
+
+
+class S3Error(Exception):
+    """An S3 error response (``code`` as in S3's XML)."""
+
+    def __init__(self, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+
+
+def object_etag(key: str, size: int) -> str:
+    """The quoted ETag of ``key``: the same in HEAD, GET and ListObjectsV2."""
+    return '"' + hashlib.md5(f"{key}\0{size}".encode(), usedforsecurity=False).hexdigest() + '"'
+
+
+class S3Gateway:
+    """aiohttp application serving one bucket from a :class:`TableProvider`."""
+
+    def __init__(
+        self,
+        provider: TableProvider,
+        *,
+        bucket: str,
+        access_key: str,
+        secret_key: str,
+        region: str,
+    ) -> None:
+        self.provider = provider
+        self.bucket = bucket
+        self.access_key = access_key
+        self.secret_key = secret_key
+        self.region = region
+        started = dt.datetime.now(dt.UTC).replace(microsecond=0)
+        self.last_modified = started
+        self.last_modified_http = email.utils.format_datetime(started, usegmt=True)
+        self.last_modified_iso = started.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        head = request.method == "HEAD"
+        raw_path, raw_query = _raw_target(request)
+        try:
+            try:
+                verify_sigv4(
+                    method=request.method,
+                    raw_path=raw_path,
+                    raw_query=raw_query,
+                    headers=request.headers,
+                    access_key=self.access_key,
+                    secret_key=self.secret_key,
+                )
+            except SigV4Error as exc:
+                raise S3Error("AccessDenied", f"Access Denied: {exc}") from exc
+            if request.method not in ("GET", "HEAD"):
+                raise S3Error("AccessDenied", "This gateway is read-only")
+            bucket, _, raw_key = raw_path.lstrip("/").partition("/")
+            bucket = unquote(bucket)
+            if not bucket:
+                return self._list_buckets()
+            if bucket != self.bucket:
+                raise S3Error("NoSuchBucket", "The specified bucket does not exist")
+            if not raw_key:
+                return await self._bucket(raw_query, head)
+            return await self._object(request, _checked_key(unquote(raw_key)), head)
+        except S3Error as exc:
+            return self._error(exc, raw_path, head)
+        except ProviderUnavailable as exc:
+            return self._error(
+                S3Error("SlowDown", f"Please reduce your request rate: {exc}"), raw_path, head
+            )
+        except Exception:
+            log.exception("S3 gateway failed on %s %s", request.method, raw_path)
+            return self._error(S3Error("InternalError", "Internal error"), raw_path, head)
+
+    async def _object(self, request: web.Request, key: str, head: bool) -> web.StreamResponse:
+        try:
+            if head:
+                size = await self.provider.file_size(key)
+                data = b""
+            else:
+                data = await self.provider.read_file(key)
+                size = len(data)
+        except NoSuchFile as exc:
+            raise S3Error("NoSuchKey", "The specified key does not exist.") from exc
+        etag = object_etag(key, size)
+        headers = {
+            "ETag": etag,
+            "Last-Modified": self.last_modified_http,
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+        }
+        if_match = request.headers.get("If-Match")
+        if if_match is not None and not _etag_matches(if_match, etag):
+            raise S3Error(
+                "PreconditionFailed",
+                "At least one of the pre-conditions you specified did not hold",
+            )
+        if_none_match = request.headers.get("If-None-Match")
+        if if_none_match is not None and _etag_matches(if_none_match, etag):
+            return web.Response(status=304, headers=headers)
+        status = 200
+        start, end = 0, size
+        range_header = request.headers.get("Range")
+        if range_header is not None:
+            parsed = _parse_range(range_header, size)
+            if parsed is not None:
+                start, end = parsed
+                status = 206
+                headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+        headers["Content-Length"] = str(end - start)
+        if head:
+            return web.Response(status=status, headers=headers)
+        return web.Response(status=status, headers=headers, body=data[start:end])
+
+    async def _bucket(self, raw_query: str, head: bool) -> web.StreamResponse:
+        if head:
+            return web.Response(status=200, headers={"x-amz-bucket-region": self.region})
+        query = dict(parse_qsl(raw_query, keep_blank_values=True))
+        if "location" in query:
+            body = (
+                f'<LocationConstraint xmlns="{_XML_NS}">{escape(self.region)}</LocationConstraint>'
+            )
+            return _xml(body)
+        return await self._list_objects_v2(query)
+
+    async def _list_objects_v2(self, query: dict[str, str]) -> web.Response:
+        prefix = query.get("prefix", "")
+        delimiter = query.get("delimiter", "")
+        try:
+            max_keys = min(int(query.get("max-keys", MAX_KEYS)), MAX_KEYS)
+        except ValueError as exc:
+            raise S3Error("InvalidArgument", "max-keys must be an integer") from exc
+        if max_keys < 0:
+            raise S3Error("InvalidArgument", "max-keys must not be negative")
+        token = query.get("continuation-token")
+        after = query.get("start-after", "")
+        if token:
+            try:
+                after = base64.urlsafe_b64decode(token.encode()).decode()
+            except ValueError as exc:
+                raise S3Error("InvalidArgument", "The continuation token is invalid") from exc
+
+        contents: list[tuple[str, int]] = []
+        prefixes: list[str] = []
+        truncated = False
+        last = ""
+        limit = max(2 * max_keys, 64)
+        while True:
+            keys = await self.provider.list_keys(prefix, limit)
+            contents, prefixes, truncated, last = _page(keys, prefix, delimiter, after, max_keys)
+            if truncated or len(keys) < limit:
+                break
+            limit *= 4
+
+        url = query.get("encoding-type") == "url"
+
+        def out(text: str) -> str:
+            return escape(quote(text, safe="/~") if url else text)
+
+        items = []
+        for key, size in contents:
+            items.append(
+                f"<Contents><Key>{out(key)}</Key>"
+                f"<LastModified>{self.last_modified_iso}</LastModified>"
+                f"<ETag>{escape(object_etag(key, size))}</ETag><Size>{size}</Size>"
+                "<StorageClass>STANDARD</StorageClass></Contents>"
+            )
+        items.extend(
+            f"<CommonPrefixes><Prefix>{out(p)}</Prefix></CommonPrefixes>" for p in prefixes
+        )
+        extra = "<EncodingType>url</EncodingType>" if url else ""
+        if token:
+            extra += f"<ContinuationToken>{escape(token)}</ContinuationToken>"
+        if "start-after" in query:
+            extra += f"<StartAfter>{out(query['start-after'])}</StartAfter>"
+        if delimiter:
+            extra += f"<Delimiter>{out(delimiter)}</Delimiter>"
+        if truncated:
+            next_token = base64.urlsafe_b64encode(last.encode()).decode()
+            extra += f"<NextContinuationToken>{next_token}</NextContinuationToken>"
+        body = (
+            f'<ListBucketResult xmlns="{_XML_NS}"><Name>{escape(self.bucket)}</Name>'
+            f"<Prefix>{out(prefix)}</Prefix>{extra}"
+            f"<KeyCount>{len(contents) + len(prefixes)}</KeyCount>"
+            f"<MaxKeys>{max_keys}</MaxKeys>"
+            f"<IsTruncated>{'true' if truncated else 'false'}</IsTruncated>"
+            + "".join(items)
+            + "</ListBucketResult>"
+        )
+        return _xml(body)
+
+    def _list_buckets(self) -> web.Response:
+        body = (
+            f'<ListAllMyBucketsResult xmlns="{_XML_NS}">'
+            "<Owner><ID>bergstream</ID><DisplayName>bergstream</DisplayName></Owner>"
+            f"<Buckets><Bucket><Name>{escape(self.bucket)}</Name>"
+            f"<CreationDate>{self.last_modified_iso}</CreationDate></Bucket></Buckets>"
+            "</ListAllMyBucketsResult>"
+        )
+        return _xml(body)
+
+    def _error(self, exc: S3Error, resource: str, head: bool) -> web.Response:
+        status = _STATUS.get(exc.code, 400)
+        headers = dict(exc.headers)
+        if head:
+            return web.Response(status=status, headers={**headers, "Content-Length": "0"})
+        body = (
+            f"<Error><Code>{exc.code}</Code><Message>{escape(exc.message)}</Message>"
+            f"<Resource>{escape(resource)}</Resource><RequestId>0</RequestId></Error>"
+        )
+        return _xml(body, status=status, headers=headers)
+
+
+def _raw_target(request: web.Request) -> tuple[str, str]:
+    """Path and query exactly as sent on the request line (what the client signed)."""
+    target = request.raw_path
+    if not target.startswith("/"):  # absolute-form target
+        return request.rel_url.raw_path, request.rel_url.raw_query_string
+    path, _, query = target.partition("?")
+    return path, query
+
+
+def _page(
+    keys: list[tuple[str, int]], prefix: str, delimiter: str, after: str, max_keys: int
+) -> tuple[list[tuple[str, int]], list[str], bool, str]:
+    """One ListObjectsV2 page: (contents, common prefixes, truncated, last entry returned)."""
+    contents: list[tuple[str, int]] = []
+    prefixes: list[str] = []
+    count = 0
+    last = ""
+    for key, size in keys:
+        if not key.startswith(prefix):
+            continue
+        entry = key
+        if delimiter:
+            cut = key.find(delimiter, len(prefix))
+            if cut >= 0:
+                entry = key[: cut + len(delimiter)]
+        if entry <= after or (prefixes and prefixes[-1] == entry):
+            continue
+        if count == max_keys:
+            return contents, prefixes, True, last
+        if entry == key:
+            contents.append((key, size))
+        else:
+            prefixes.append(entry)
+        count += 1
+        last = entry
+    return contents, prefixes, False, last
+
+
+def _checked_key(key: str) -> str:
+    """``key`` if it stays inside the bucket; AccessDenied otherwise."""
+    if (
+        not key
+        or key.startswith("/")
+        or "\0" in key
+        or "\\" in key
+        or any(part in ("..", ".") for part in key.split("/"))
+    ):
+        raise S3Error("AccessDenied", "Access Denied: invalid key")
+    return key
+
+
+def _etag_matches(header: str, etag: str) -> bool:
+    candidates = [c.strip() for c in header.split(",")]
+    bare = etag.strip('"')
+    return any(c == "*" or c.removeprefix("W/").strip('"') == bare for c in candidates)
+
+
+def _parse_range(header: str, size: int) -> tuple[int, int] | None:
+    """(start, end-exclusive) for a single byte range; None to serve the whole object."""
+    unit, _, spec = header.strip().partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return None
+    first, dash, last = spec.strip().partition("-")
+    if not dash:
+        return None
+    try:
+        if not first:
+            suffix = int(last)
+            if suffix <= 0 or size == 0:
+                raise _unsatisfiable(size)
+            return max(size - suffix, 0), size
+        start = int(first)
+        end = int(last) + 1 if last else size
+    except ValueError:
+        return None
+    if last and end <= start:
+        return None  # syntactically invalid (last < first): serve the whole object
+    if start >= size:
+        raise _unsatisfiable(size)
+    return start, min(end, size)
+
+
+def _unsatisfiable(size: int) -> S3Error:
+    return S3Error(
+        "InvalidRange",
+        "The requested range is not satisfiable",
+        headers={"Content-Range": f"bytes */{size}"},
+    )
+
+
+def _xml(body: str, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=status,
+        headers=headers,
+        body=('<?xml version="1.0" encoding="UTF-8"?>\n' + body).encode(),
+        content_type="application/xml",
+    )

@@ -1,0 +1,137 @@
+"""The ISK HTTP service: the REST catalog and the S3 gateway on two listeners, one provider."""
+
+from __future__ import annotations
+
+import re
+
+from aiohttp import web
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from bergstream.core.models import StrictModel
+from bergstream.plugins.isk_gateway.http.catalog import CatalogSettings, RestCatalogApp
+from bergstream.plugins.isk_gateway.http.s3 import S3Gateway
+from bergstream.plugins.isk_gateway.provider import TableProvider
+
+__all__ = ["IskHttpConfig", "IskHttpService"]
+
+_PREFIX = re.compile(r"[A-Za-z0-9._~-]+")
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+
+class IskHttpConfig(StrictModel):
+    """Listen addresses, vended S3 settings and optional OAuth of one ISK gateway."""
+
+    catalog_host: str = "127.0.0.1"
+    catalog_port: int = Field(18181, ge=0, le=65535, description="0 picks a free port")
+    s3_host: str = "127.0.0.1"
+    s3_port: int = Field(19000, ge=0, le=65535, description="0 picks a free port")
+    s3_public_endpoint: str | None = Field(
+        None, description="S3 endpoint vended by LoadTable; default http://<s3_host>:<s3_port>"
+    )
+    access_key: str = Field(min_length=1)
+    secret_key: SecretStr
+    region: str = Field("us-east-1", min_length=1)
+    bucket: str = "bergstream"
+    client_id: str | None = Field(None, description="OAuth client id; enables bearer auth")
+    client_secret: SecretStr | None = None
+    prefix: str | None = Field(None, description="serve the catalog under /v1/<prefix>/ too")
+    token_ttl_seconds: int = Field(3600, gt=0)
+
+    @field_validator("bucket")
+    @classmethod
+    def _valid_bucket(cls, value: str) -> str:
+        if not _BUCKET.fullmatch(value) or ".." in value:
+            raise ValueError("not a valid S3 bucket name (3-63 of a-z, 0-9, '.', '-')")
+        return value
+
+    @field_validator("prefix")
+    @classmethod
+    def _valid_prefix(cls, value: str | None) -> str | None:
+        if value is not None and not _PREFIX.fullmatch(value):
+            raise ValueError("prefix must be one path segment of letters, digits, . _ ~ -")
+        return value
+
+    @field_validator("s3_public_endpoint")
+    @classmethod
+    def _valid_endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("s3_public_endpoint must start with http:// or https://")
+        return value.rstrip("/") if value else value
+
+    @model_validator(mode="after")
+    def _oauth_pair(self) -> IskHttpConfig:
+        if (self.client_id is None) != (self.client_secret is None):
+            raise ValueError("set both client_id and client_secret, or neither")
+        return self
+
+
+class IskHttpService:
+    """A :class:`~bergstream.core.service.Service` serving the catalog and the S3 gateway."""
+
+    name = "isk-http"
+
+    def __init__(self, config: IskHttpConfig, provider: TableProvider) -> None:
+        self.config = config
+        self.provider = provider
+        self._runners: list[web.AppRunner] = []
+        self.catalog_url: str | None = None
+        self.s3_url: str | None = None
+
+    async def start(self) -> None:
+        """Bind both listeners; return once they accept connections."""
+        if self._runners:
+            return
+        c = self.config
+        try:
+            s3_port = await self._listen(
+                S3Gateway(
+                    self.provider,
+                    bucket=c.bucket,
+                    access_key=c.access_key,
+                    secret_key=c.secret_key.get_secret_value(),
+                    region=c.region,
+                ).app(),
+                c.s3_host,
+                c.s3_port,
+            )
+            self.s3_url = f"http://{_url_host(c.s3_host)}:{s3_port}"
+            settings = CatalogSettings(
+                bucket=c.bucket,
+                s3_endpoint=c.s3_public_endpoint or self.s3_url,
+                access_key=c.access_key,
+                secret_key=c.secret_key.get_secret_value(),
+                region=c.region,
+                prefix=c.prefix,
+                client_id=c.client_id,
+                client_secret=c.client_secret.get_secret_value() if c.client_secret else None,
+                token_ttl_seconds=c.token_ttl_seconds,
+            )
+            catalog_port = await self._listen(
+                RestCatalogApp(self.provider, settings).app(), c.catalog_host, c.catalog_port
+            )
+            self.catalog_url = f"http://{_url_host(c.catalog_host)}:{catalog_port}"
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Close both listeners and their connections; safe to call twice."""
+        runners, self._runners = self._runners, []
+        for runner in reversed(runners):
+            await runner.cleanup()
+
+    async def _listen(self, app: web.Application, host: str, port: int) -> int:
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        self._runners.append(runner)
+        await web.TCPSite(runner, host, port).start()
+        return int(runner.addresses[0][1])
+
+
+def _url_host(host: str) -> str:
+    """``host`` as it goes into a URL; a wildcard bind address becomes the loopback address."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host

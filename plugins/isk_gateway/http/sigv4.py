@@ -1,0 +1,166 @@
+"""AWS Signature Version 4 verification for the S3 gateway (header and presigned-query forms).
+
+The canonical request is rebuilt from what arrived on the wire: the path exactly as sent (S3 keys
+arrive percent-encoded and S3 signers do not normalise or double-encode them), the query
+re-encoded per the SigV4 rules, the signed headers, and the payload hash the client declared
+(``x-amz-content-sha256``; presigned URLs use ``UNSIGNED-PAYLOAD``). The gateway is read-only,
+so no request body is ever consumed and the declared hash is taken as signed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import re
+from collections.abc import Mapping
+from urllib.parse import quote, unquote
+
+__all__ = ["MAX_CLOCK_SKEW", "SigV4Error", "verify_sigv4"]
+
+ALGORITHM = "AWS4-HMAC-SHA256"
+UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+MAX_CLOCK_SKEW = dt.timedelta(minutes=15)
+MAX_PRESIGN_EXPIRES = 7 * 24 * 3600
+
+_AUTH_PARAM = re.compile(r"(\w+)=([^,]*)")
+_SPACES = re.compile(r"\s+")
+
+
+class SigV4Error(Exception):
+    """The request is not signed, or not signed with the configured key (S3: AccessDenied)."""
+
+
+def verify_sigv4(
+    *,
+    method: str,
+    raw_path: str,
+    raw_query: str,
+    headers: Mapping[str, str],
+    access_key: str,
+    secret_key: str,
+    now: dt.datetime | None = None,
+) -> None:
+    """Raise :class:`SigV4Error` unless the request carries a valid SigV4 signature.
+
+    ``raw_path`` and ``raw_query`` are as received (still percent-encoded); ``headers`` is
+    case-insensitive (aiohttp's ``CIMultiDictProxy``) or has lower-case keys.
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    params = _parse_query(raw_query)
+    authorization = _header(headers, "authorization")
+    if authorization is not None:
+        credential, signed_headers, signature, amz_date = _from_header(authorization, headers)
+        payload_hash = _header(headers, "x-amz-content-sha256") or EMPTY_SHA256
+        expires = None
+    else:
+        query = dict(params)
+        if query.get("X-Amz-Algorithm") != ALGORITHM:
+            raise SigV4Error("missing or unsupported signature")
+        try:
+            credential = query["X-Amz-Credential"]
+            signed_headers = query["X-Amz-SignedHeaders"]
+            signature = query["X-Amz-Signature"]
+            amz_date = query["X-Amz-Date"]
+            expires = int(query.get("X-Amz-Expires", "900"))
+        except (KeyError, ValueError) as exc:
+            raise SigV4Error("incomplete presigned query") from exc
+        params = [(k, v) for k, v in params if k != "X-Amz-Signature"]
+        payload_hash = _header(headers, "x-amz-content-sha256") or UNSIGNED_PAYLOAD
+
+    parts = credential.split("/")
+    if len(parts) != 5 or parts[4] != "aws4_request" or parts[3] != "s3":
+        raise SigV4Error("malformed credential scope")
+    key_id, date_stamp, region, service, _ = parts
+    if not hmac.compare_digest(key_id.encode(), access_key.encode()):
+        raise SigV4Error("unknown access key")
+    try:
+        signed_at = dt.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
+    except ValueError as exc:
+        raise SigV4Error("malformed X-Amz-Date") from exc
+    if amz_date[:8] != date_stamp:
+        raise SigV4Error("credential date does not match X-Amz-Date")
+    if expires is None:
+        if abs(now - signed_at) > MAX_CLOCK_SKEW:
+            raise SigV4Error("request time too skewed")
+    else:
+        if not 0 < expires <= MAX_PRESIGN_EXPIRES:
+            raise SigV4Error("bad X-Amz-Expires")
+        if now < signed_at - MAX_CLOCK_SKEW or now > signed_at + dt.timedelta(seconds=expires):
+            raise SigV4Error("presigned URL expired or not yet valid")
+
+    names = signed_headers.split(";")
+    if "host" not in names:
+        raise SigV4Error("host is not signed")
+    canonical_headers = ""
+    for name in names:
+        value = _header(headers, name)
+        if value is None:
+            raise SigV4Error(f"signed header {name} missing")
+        canonical_headers += f"{name}:{_SPACES.sub(' ', value.strip())}\n"
+    canonical_query = "&".join(
+        f"{k}={v}" for k, v in sorted((_encode(k), _encode(v)) for k, v in params)
+    )
+    canonical_request = "\n".join(
+        [
+            method.upper(),
+            raw_path or "/",
+            canonical_query,
+            canonical_headers,
+            signed_headers,
+            payload_hash,
+        ]
+    )
+    scope = f"{date_stamp}/{region}/{service}/aws4_request"
+    string_to_sign = "\n".join(
+        [ALGORITHM, amz_date, scope, hashlib.sha256(canonical_request.encode()).hexdigest()]
+    )
+    key = _hmac(("AWS4" + secret_key).encode(), date_stamp)
+    for part in (region, service, "aws4_request"):
+        key = _hmac(key, part)
+    expected = hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected.encode(), signature.encode()):
+        raise SigV4Error("signature does not match")
+
+
+def _from_header(authorization: str, headers: Mapping[str, str]) -> tuple[str, str, str, str]:
+    algorithm, _, rest = authorization.strip().partition(" ")
+    if algorithm != ALGORITHM:
+        raise SigV4Error("unsupported authorization scheme")
+    fields = {k: v.strip() for k, v in _AUTH_PARAM.findall(rest)}
+    try:
+        credential = fields["Credential"]
+        signed_headers = fields["SignedHeaders"]
+        signature = fields["Signature"]
+    except KeyError as exc:
+        raise SigV4Error("malformed Authorization header") from exc
+    amz_date = _header(headers, "x-amz-date")
+    if amz_date is None:
+        raise SigV4Error("missing X-Amz-Date")
+    return credential, signed_headers, signature, amz_date
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None and name != name.lower():
+        value = headers.get(name.lower())
+    return value
+
+
+def _parse_query(raw_query: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in raw_query.split("&"):
+        if not item:
+            continue
+        key, _, value = item.partition("=")
+        pairs.append((unquote(key), unquote(value)))
+    return pairs
+
+
+def _encode(text: str) -> str:
+    return quote(text, safe="-_.~")
+
+
+def _hmac(key: bytes, msg: str) -> bytes:
+    return hmac.new(key, msg.encode(), hashlib.sha256).digest()
