@@ -139,6 +139,23 @@ def test_offset_range_and_partial_trailing_batch() -> None:
     assert whole.num_rows == 10  # the cut batch is ignored
 
 
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
+def test_every_kafka_compression_codec_decodes(codec: int) -> None:
+    records = [
+        Record(
+            offset=7 + i,
+            timestamp=1_700_000_000_000 + i,
+            key=b"k%d" % i,
+            value=b"v" * (200 + i),
+            headers=(("h", b"x"),),
+        )
+        for i in range(50)
+    ]
+    blob = build_batch(records, BatchInfo(base_offset=7, compression_type=codec))
+    table = records_to_table(blob, 2)
+    assert table.to_pylist() == [record_to_row(2, r, 0) for r in records]
+
+
 def test_empty_input_gives_an_empty_table_in_the_contract() -> None:
     table = records_to_table(b"", 1)
     assert table.num_rows == 0 and table.schema.equals(ROW_ARROW_SCHEMA, check_metadata=True)

@@ -1,0 +1,303 @@
+"""The ``hotset`` namespace: one table per Kafka topic, synthesized from the log on demand.
+
+``load_table`` first brings the chunk index up to date for each partition (new chunks of up to
+``chunk_records`` offsets are read from Kafka read_committed, synthesized once, indexed with
+their exact Parquet size and bounds, and cached), then builds the metadata
+(:mod:`.metadata`). A chunk holds rows of one day only (a day change in offset order cuts it), so
+each data file has one partition value. The tail, from the last sealed chunk up to the last
+stable offset at load time, is synthesized too but not indexed: the next load re-chunks it.
+
+Files are served by key (:mod:`.paths`): data files are rebuilt from Kafka from the key alone;
+metadata files are kept from the load that built them (in memory and in the cache backend).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from typing import Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from bergstream.core.backends import CacheBackend, ChunkEntry, IndexBackend
+from bergstream.plugins.isk_gateway.provider import (
+    LoadedTable,
+    NoSuchFile,
+    NoSuchNamespace,
+    NoSuchTable,
+)
+from bergstream.plugins.isk_gateway.synthesis import (
+    SynthesisError,
+    records_to_table,
+    synthesize_data_file,
+)
+from bergstream.plugins.isk_gateway.tables.kafka_reader import FetchedRange, PartitionOffsets
+from bergstream.plugins.isk_gateway.tables.metadata import (
+    build_table,
+    chunk_bounds,
+    chunk_day,
+)
+from bergstream.plugins.isk_gateway.tables.paths import HOTSET, DataKey, parse_key, uri
+
+__all__ = ["HotsetProvider", "KafkaSource"]
+
+
+def _days(table: pa.Table) -> pa.Array:
+    """The UTC day (days since the epoch) of each row's ``kafka_timestamp``."""
+    return table.column("kafka_timestamp").cast(pa.date32()).cast(pa.int32())
+
+
+class KafkaSource(Protocol):
+    """What the hotset reads from Kafka (:class:`.kafka_reader.KafkaReader` implements it)."""
+
+    async def topics(self) -> list[str]:
+        """Topic names, internal topics left out."""
+        ...
+
+    async def offsets(self, topic: str) -> dict[int, PartitionOffsets]:
+        """End offsets per partition; :class:`NoSuchTable` if the topic does not exist."""
+        ...
+
+    async def fetch(self, topic: str, partition: int, start: int, end: int) -> FetchedRange:
+        """Record batches covering ``[start, end)``, read_committed, with aborted transactions."""
+        ...
+
+
+class HotsetProvider:
+    """Serves the ``hotset`` namespace (a :class:`~..provider.TableProvider` for it)."""
+
+    def __init__(
+        self,
+        source: KafkaSource,
+        index: IndexBackend,
+        cache: CacheBackend,
+        bucket: str,
+        cluster: str,
+        chunk_records: int = 100_000,
+        memory_files: int = 4096,
+    ) -> None:
+        if chunk_records <= 0:
+            raise ValueError(f"chunk_records must be > 0, got {chunk_records}")
+        self.source = source
+        self.index = index
+        self.cache = cache
+        self.bucket = bucket
+        self.cluster = cluster
+        self.chunk_records = chunk_records
+        self._files: OrderedDict[str, bytes] = OrderedDict()
+        self._memory_files = memory_files
+        self._listing: dict[str, dict[str, int]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._recent_chunks: OrderedDict[tuple[str, int, int, int], ChunkEntry] = OrderedDict()
+
+    # ------------------------------------------------------------------ catalog
+
+    async def list_namespaces(self) -> list[str]:
+        return [HOTSET]
+
+    async def list_tables(self, namespace: str) -> list[str]:
+        self._check_namespace(namespace)
+        return await self.source.topics()
+
+    async def load_table(self, namespace: str, table: str) -> LoadedTable:
+        self._check_namespace(namespace)
+        if table.startswith("__"):
+            raise NoSuchTable(f"{table!r} is an internal topic, not served as a table")
+        offsets = await self.source.offsets(table)
+        lock = self._locks.setdefault(table, asyncio.Lock())
+        async with lock:
+            chunks: list[ChunkEntry] = []
+            for partition in sorted(offsets):
+                chunks += await self._refresh(table, offsets[partition])
+        end_offsets = {p: o.last_stable for p, o in offsets.items()}
+        built = await asyncio.to_thread(
+            build_table, self.bucket, self.cluster, table, chunks, end_offsets
+        )
+        for key, data in built.files.items():
+            self._remember(key, data)
+            await asyncio.to_thread(self.cache.put, key, data)
+        listing = {key: len(data) for key, data in built.files.items()}
+        for chunk in chunks:
+            if chunk.row_count:
+                listing[self._data_key(chunk).key] = chunk.size_bytes
+        self._listing[table] = listing
+        return LoadedTable(built.metadata_location, built.metadata)
+
+    @staticmethod
+    def _check_namespace(namespace: str) -> None:
+        if namespace != HOTSET:
+            raise NoSuchNamespace(f"no namespace {namespace!r} (this provider serves {HOTSET!r})")
+
+    # ------------------------------------------------------------------ the index
+
+    def _data_key(self, chunk: ChunkEntry) -> DataKey:
+        return DataKey(
+            self.cluster,
+            chunk.topic,
+            chunk.partition,
+            chunk_day(chunk),
+            chunk.start_offset,
+            chunk.end_offset,
+        )
+
+    async def _refresh(self, topic: str, offsets: PartitionOffsets) -> list[ChunkEntry]:
+        """Index new sealed chunks of one partition; return its live chunks, tail included."""
+        partition, end = offsets.partition, offsets.last_stable
+        indexed = await asyncio.to_thread(self.index.chunks, topic, partition, offsets.log_start)
+        chunks = [c for c in indexed if c.start_offset >= offsets.log_start]
+        # Retention cut into the first indexed chunk: serve what Kafka still has of it.
+        head_end = chunks[0].start_offset if chunks else offsets.log_start
+        head = await self._chunks(topic, partition, offsets.log_start, head_end, index=False)
+        position = max(chunks[-1].end_offset if chunks else 0, offsets.log_start)
+        return head + chunks + await self._chunks(topic, partition, position, end, index=True)
+
+    async def _chunks(
+        self, topic: str, partition: int, start: int, end: int, index: bool
+    ) -> list[ChunkEntry]:
+        """Synthesize and cache the chunks of ``[start, end)``; index the sealed ones (a chunk
+        ending before ``end``, or holding ``chunk_records`` offsets) if ``index``."""
+        chunks: list[ChunkEntry] = []
+        position = start
+        while position < end:
+            memo_key = (topic, partition, position, end)
+            known = self._recent_chunks.get(memo_key)
+            if known is not None:  # the same unsealed chunk as a recent load: nothing to read
+                chunks.append(known)
+                position = known.end_offset
+                continue
+            chunk, data = await self._next_chunk(topic, partition, position, end)
+            sealed = chunk.end_offset < end or chunk.end_offset - position == self.chunk_records
+            if chunk.row_count:
+                await asyncio.to_thread(self.cache.put, self._data_key(chunk).key, data)
+            if sealed and index:
+                await asyncio.to_thread(self.index.put_chunks, [chunk])
+            else:
+                self._recent_chunks[memo_key] = chunk
+                while len(self._recent_chunks) > self._memory_files:
+                    self._recent_chunks.popitem(last=False)
+            chunks.append(chunk)
+            position = chunk.end_offset
+        return chunks
+
+    async def _next_chunk(
+        self, topic: str, partition: int, start: int, end: int
+    ) -> tuple[ChunkEntry, bytes]:
+        """The chunk starting at ``start``: up to ``chunk_records`` offsets, below ``end``, cut
+        where the day of the rows (in offset order) changes; with its Parquet bytes."""
+        high = min(start + self.chunk_records, end)
+        fetched = await self.source.fetch(topic, partition, start, high)
+        # Decoding and Parquet writing are CPU work: keep them off the event loop.
+        return await asyncio.to_thread(self._build_chunk, topic, partition, start, high, fetched)
+
+    def _build_chunk(
+        self, topic: str, partition: int, start: int, high: int, fetched: FetchedRange
+    ) -> tuple[ChunkEntry, bytes]:
+        table = records_to_table(fetched.records, partition, start, high, fetched.aborted)
+        if not table.num_rows:
+            return ChunkEntry(topic, partition, start, high, 0, 0, {}), b""
+        days = _days(table)
+        first_day = days[0].as_py()
+        other = pc.not_equal(days, first_day)
+        chunk_end = high
+        if pc.any(other).as_py():
+            cut = pc.index(other, True).as_py()
+            chunk_end = table.column("kafka_offset")[cut].as_py()
+        key = DataKey(self.cluster, topic, partition, first_day, start, chunk_end)
+        synthesized = synthesize_data_file(
+            uri(self.bucket, key.key),
+            fetched.records,
+            partition,
+            start,
+            chunk_end,
+            fetched.aborted,
+            day=first_day,
+        )
+        rows = table.filter(pc.less(table.column("kafka_offset"), chunk_end))
+        low_ts, high_ts = pc.min_max(rows.column("kafka_timestamp").cast(pa.int64())).values()
+        offsets = rows.column("kafka_offset")
+        entry = ChunkEntry(
+            topic=topic,
+            partition=partition,
+            start_offset=start,
+            end_offset=chunk_end,
+            row_count=rows.num_rows,
+            size_bytes=len(synthesized.parquet),
+            bounds=chunk_bounds(
+                partition,
+                (offsets[0].as_py(), offsets[-1].as_py()),
+                (low_ts.as_py(), high_ts.as_py()),
+            ),
+        )
+        return entry, synthesized.parquet
+
+    # ------------------------------------------------------------------ files
+
+    def _remember(self, key: str, data: bytes) -> None:
+        self._files[key] = data
+        self._files.move_to_end(key)
+        while len(self._files) > self._memory_files:
+            self._files.popitem(last=False)
+
+    async def file_size(self, key: str) -> int:
+        for listing in self._listing.values():
+            if key in listing:
+                return listing[key]
+        return len(await self.read_file(key))
+
+    async def read_file(self, key: str) -> bytes:
+        parsed = parse_key(key)
+        if parsed.cluster != self.cluster:
+            raise NoSuchFile(f"no such key {key!r} (cluster {self.cluster!r} is served here)")
+        if key in self._files:
+            return self._files[key]
+        cached = await asyncio.to_thread(self.cache.get, key)
+        if cached is not None:
+            return cached
+        if not isinstance(parsed, DataKey):
+            raise NoSuchFile(f"no such key {key!r} (not built by this gateway, or expired)")
+        data = await self._rebuild(parsed)
+        await asyncio.to_thread(self.cache.put, key, data)
+        return data
+
+    async def _rebuild(self, key: DataKey) -> bytes:
+        """The data file at ``key``, from Kafka: only if the range is readable and its rows are
+        exactly that day's (so a made-up key is refused, not answered with an empty file)."""
+        try:
+            offsets = await self.source.offsets(key.topic)
+        except NoSuchTable:
+            raise NoSuchFile(f"no such key {key.key!r} (no topic {key.topic!r})") from None
+        part = offsets.get(key.partition)
+        if part is None or key.start < part.log_start or key.end > part.last_stable:
+            raise NoSuchFile(f"no such key {key.key!r} (offsets not readable in Kafka)")
+        fetched = await self.source.fetch(key.topic, key.partition, key.start, key.end)
+        return await asyncio.to_thread(self._rebuild_from, key, fetched)
+
+    def _rebuild_from(self, key: DataKey, fetched: FetchedRange) -> bytes:
+        try:
+            table = records_to_table(
+                fetched.records, key.partition, key.start, key.end, fetched.aborted
+            )
+            if key.day is None or not table.num_rows:
+                raise NoSuchFile(f"no such key {key.key!r} (no rows in that range)")
+            if pc.any(pc.not_equal(_days(table), key.day)).as_py():
+                raise NoSuchFile(f"no such key {key.key!r} (rows of other days in the range)")
+            synthesized = synthesize_data_file(
+                uri(self.bucket, key.key),
+                fetched.records,
+                key.partition,
+                key.start,
+                key.end,
+                fetched.aborted,
+                day=key.day,
+            )
+        except SynthesisError as error:
+            raise NoSuchFile(f"no such key {key.key!r} ({error})") from None
+        return synthesized.parquet
+
+    async def list_keys(self, prefix: str, limit: int) -> list[tuple[str, int]]:
+        """Keys of the tables loaded so far (their current snapshot's files) under ``prefix``."""
+        found: dict[str, int] = {}
+        for listing in self._listing.values():
+            found.update((k, size) for k, size in listing.items() if k.startswith(prefix))
+        return sorted(found.items())[: max(limit, 0)]

@@ -1,0 +1,214 @@
+"""The hotset key scheme: S3 keys inside the gateway bucket that say what each file holds.
+
+Layout, under ``<cluster>/hotset/<topic>/`` (the topic percent-encoded, so any name is one segment):
+
+- ``data/p=<partition>/day=<yyyy-mm-dd>/<start>-<end>.parquet``: the rows of Kafka offsets
+  ``[start, end)`` of one partition, all of that day (``day=-``: a range without rows);
+- ``metadata/manifest-<digest>.avro``: a manifest, ``digest`` hashing what it lists;
+- ``metadata/snap-<snapshot_id>-<digest>.avro``: a snapshot's manifest list;
+- ``metadata/<snapshot_id>.metadata.json``: the table metadata of one snapshot.
+
+A data key is enough to rebuild its file from Kafka. Parsing is strict: anything that is not a key
+this module would write (leading zeros, an inverted range, an invalid date, a non-canonical topic
+encoding) raises :class:`~bergstream.plugins.isk_gateway.provider.NoSuchFile`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+from bergstream.plugins.isk_gateway.provider import NoSuchFile
+
+__all__ = [
+    "HOTSET",
+    "DataKey",
+    "ManifestKey",
+    "ManifestListKey",
+    "MetadataKey",
+    "ParsedKey",
+    "day_of",
+    "encode_topic",
+    "key_from_uri",
+    "parse_key",
+    "table_location",
+    "table_prefix",
+    "uri",
+]
+
+HOTSET = "hotset"
+
+_EPOCH = dt.date(1970, 1, 1)
+_NUMBER = r"(0|[1-9][0-9]{0,18})"
+_SEGMENT = r"([^/]+)"
+_DIGEST = r"([0-9a-f]{32})"
+_CLUSTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_PREFIX = rf"{_SEGMENT}/{HOTSET}/{_SEGMENT}"
+_DATA = re.compile(
+    rf"{_PREFIX}/data/p={_NUMBER}/day=(-|[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}})/{_NUMBER}-{_NUMBER}"
+    r"\.parquet"
+)
+_MANIFEST = re.compile(rf"{_PREFIX}/metadata/manifest-{_DIGEST}\.avro")
+_MANIFEST_LIST = re.compile(rf"{_PREFIX}/metadata/snap-{_NUMBER}-{_DIGEST}\.avro")
+_METADATA = re.compile(rf"{_PREFIX}/metadata/{_NUMBER}\.metadata\.json")
+_MAX_INT64 = 2**63 - 1
+
+
+def encode_topic(topic: str) -> str:
+    """The topic as one key segment: percent-encoded, ``/`` included (Kafka names never need it,
+    but any string round-trips)."""
+    if not topic or topic in (".", ".."):
+        raise ValueError(f"invalid topic name {topic!r}")
+    return quote(topic, safe="")
+
+
+def _check_cluster(cluster: str) -> str:
+    if not _CLUSTER.fullmatch(cluster):
+        raise ValueError(f"cluster name {cluster!r} must match {_CLUSTER.pattern}")
+    return cluster
+
+
+def table_prefix(cluster: str, topic: str) -> str:
+    """``<cluster>/hotset/<topic>``: the prefix of every key of a topic's table."""
+    return f"{_check_cluster(cluster)}/{HOTSET}/{encode_topic(topic)}"
+
+
+def table_location(bucket: str, cluster: str, topic: str) -> str:
+    """The table's ``location``: ``s3://<bucket>/<cluster>/hotset/<topic>``."""
+    return uri(bucket, table_prefix(cluster, topic))
+
+
+def uri(bucket: str, key: str) -> str:
+    """``s3://<bucket>/<key>``."""
+    return f"s3://{bucket}/{key}"
+
+
+def key_from_uri(bucket: str, location: str) -> str:
+    """The key of an ``s3://<bucket>/<key>`` (or ``s3a://``) location; :class:`NoSuchFile` if
+    it is in another bucket."""
+    for scheme in ("s3://", "s3a://"):
+        prefix = f"{scheme}{bucket}/"
+        if location.startswith(prefix):
+            return location[len(prefix) :]
+    raise NoSuchFile(f"{location!r} is not in bucket {bucket!r}")
+
+
+def day_of(day: int | None) -> str:
+    """A day number (days since the epoch) as ``yyyy-mm-dd``; ``-`` for None."""
+    return "-" if day is None else (_EPOCH + dt.timedelta(days=day)).isoformat()
+
+
+@dataclass(frozen=True)
+class DataKey:
+    """A data file: offsets ``[start, end)`` of ``partition`` whose rows are all in ``day``."""
+
+    cluster: str
+    topic: str
+    partition: int
+    day: int | None
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if self.partition < 0 or not 0 <= self.start < self.end <= _MAX_INT64:
+            raise ValueError(f"invalid data key fields: {self!r}")
+
+    @property
+    def key(self) -> str:
+        return (
+            f"{table_prefix(self.cluster, self.topic)}/data/p={self.partition}/"
+            f"day={day_of(self.day)}/{self.start}-{self.end}.parquet"
+        )
+
+
+@dataclass(frozen=True)
+class ManifestKey:
+    """A manifest, named by the digest of its content."""
+
+    cluster: str
+    topic: str
+    digest: str
+
+    @property
+    def key(self) -> str:
+        return f"{table_prefix(self.cluster, self.topic)}/metadata/manifest-{self.digest}.avro"
+
+
+@dataclass(frozen=True)
+class ManifestListKey:
+    """A snapshot's manifest list."""
+
+    cluster: str
+    topic: str
+    snapshot_id: int
+    digest: str
+
+    def __post_init__(self) -> None:
+        if not 0 < self.snapshot_id <= _MAX_INT64:
+            raise ValueError(f"invalid snapshot id {self.snapshot_id}")
+
+    @property
+    def key(self) -> str:
+        return (
+            f"{table_prefix(self.cluster, self.topic)}/metadata/"
+            f"snap-{self.snapshot_id}-{self.digest}.avro"
+        )
+
+
+@dataclass(frozen=True)
+class MetadataKey:
+    """The metadata JSON of one snapshot (snapshot id 0: the table has no snapshot)."""
+
+    cluster: str
+    topic: str
+    snapshot_id: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.snapshot_id <= _MAX_INT64:
+            raise ValueError(f"invalid snapshot id {self.snapshot_id}")
+
+    @property
+    def key(self) -> str:
+        return f"{table_prefix(self.cluster, self.topic)}/metadata/{self.snapshot_id}.metadata.json"
+
+
+ParsedKey = DataKey | ManifestKey | ManifestListKey | MetadataKey
+
+
+def _parse_day(text: str, key: str) -> int | None:
+    if text == "-":
+        return None
+    try:
+        return (dt.date.fromisoformat(text) - _EPOCH).days
+    except ValueError:
+        raise NoSuchFile(f"no such key {key!r} (invalid day {text!r})") from None
+
+
+def parse_key(key: str) -> ParsedKey:
+    """Parse a hotset key; :class:`NoSuchFile` unless it is exactly what this scheme writes."""
+    parsed: ParsedKey
+    try:
+        if match := _DATA.fullmatch(key):
+            cluster, topic, partition, day, start, end = match.groups()
+            parsed = DataKey(
+                cluster, unquote(topic), int(partition), _parse_day(day, key), int(start), int(end)
+            )
+        elif match := _MANIFEST.fullmatch(key):
+            cluster, topic, digest = match.groups()
+            parsed = ManifestKey(cluster, unquote(topic), digest)
+        elif match := _MANIFEST_LIST.fullmatch(key):
+            cluster, topic, snapshot, digest = match.groups()
+            parsed = ManifestListKey(cluster, unquote(topic), int(snapshot), digest)
+        elif match := _METADATA.fullmatch(key):
+            cluster, topic, snapshot = match.groups()
+            parsed = MetadataKey(cluster, unquote(topic), int(snapshot))
+        else:
+            raise NoSuchFile(f"no such key {key!r}")
+        canonical = parsed.key  # re-encoding must give the key back (strict, one spelling)
+    except ValueError:
+        raise NoSuchFile(f"no such key {key!r}") from None
+    if canonical != key:
+        raise NoSuchFile(f"no such key {key!r}")
+    return parsed

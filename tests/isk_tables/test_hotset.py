@@ -1,0 +1,200 @@
+"""HotsetProvider over an in-process log of real record batches: chunking, the index, deterministic
+metadata, PyIceberg reading the table through provider.read_file, strict keys."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from bergstream.core.row_contract import CREATE_TIME, record_to_row
+from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
+from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
+from bergstream.plugins.isk_gateway.provider import NoSuchFile, NoSuchNamespace, NoSuchTable
+from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
+from bergstream.plugins.isk_gateway.tables.paths import key_from_uri, parse_key
+from tests.isk_tables.fake_source import DAY_MS, FakeLog
+from tests.isk_tables.support import scan_rows
+
+T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+MIDNIGHT = (T0 // DAY_MS + 1) * DAY_MS
+
+
+def make_provider(tmp_path: Path, log: FakeLog, chunk_records: int = 10, name: str = "a"):
+    return HotsetProvider(
+        log,
+        SqliteIndex(tmp_path / f"index-{name}.db"),
+        LocalDiskCache(tmp_path / f"cache-{name}", 1 << 28),
+        bucket="gw",
+        cluster="c1",
+        chunk_records=chunk_records,
+    )
+
+
+def expected_rows(log_records: dict[int, list]) -> list[dict]:
+    return [
+        record_to_row(partition, record, CREATE_TIME)
+        for partition in sorted(log_records)
+        for record in log_records[partition]
+    ]
+
+
+@pytest.fixture
+def log() -> FakeLog:
+    log = FakeLog()
+    log.create("orders", 2)
+    return log
+
+
+async def test_namespaces_and_tables(tmp_path: Path, log: FakeLog) -> None:
+    provider = make_provider(tmp_path, log)
+    assert await provider.list_namespaces() == ["hotset"]
+    assert await provider.list_tables("hotset") == ["orders"]
+    with pytest.raises(NoSuchNamespace):
+        await provider.list_tables("coldset")
+    with pytest.raises(NoSuchTable):
+        await provider.load_table("hotset", "missing")
+    with pytest.raises(NoSuchNamespace):
+        await provider.load_table("nope", "orders")
+    with pytest.raises(NoSuchTable):
+        await provider.load_table("hotset", "__consumer_offsets")
+
+
+async def test_empty_topic_has_no_snapshot(tmp_path: Path, log: FakeLog) -> None:
+    provider = make_provider(tmp_path, log)
+    loaded = await provider.load_table("hotset", "orders")
+    assert "current-snapshot-id" not in loaded.metadata
+    assert loaded.metadata["snapshots"] == [] and loaded.metadata["refs"] == {}
+    assert await scan_rows(provider, loaded) == []
+
+
+async def test_table_reads_back_as_the_records(tmp_path: Path, log: FakeLog) -> None:
+    # partition 0: 25 records crossing midnight at record 13; partition 1: 4 records
+    records = {
+        0: log.produce("orders", 0, 25, lambda i: MIDNIGHT - 13 + i),
+        1: log.produce("orders", 1, 4, lambda i: T0 + i, per_batch=2),
+    }
+    provider = make_provider(tmp_path, log, chunk_records=10)
+    loaded = await provider.load_table("hotset", "orders")
+    metadata = loaded.metadata
+    snapshot_id = metadata["current-snapshot-id"]
+    assert 0 < snapshot_id < 2**63
+    assert metadata["refs"] == {"main": {"snapshot-id": snapshot_id, "type": "branch"}}
+    (snapshot,) = metadata["snapshots"]
+    assert snapshot["sequence-number"] == 1
+    assert snapshot["summary"]["total-records"] == "29"
+    assert snapshot["timestamp-ms"] == MIDNIGHT - 13 + 24
+
+    assert await scan_rows(provider, loaded) == expected_rows(records)
+
+    # chunks: p0 [0,10) [10,13) cut at midnight, [13,23), tail [23,25); p1 tail [0,4)
+    keys = [key for key, _size in await provider.list_keys("c1/hotset/orders/data/", 100)]
+    ranges = sorted((parse_key(k).partition, parse_key(k).start, parse_key(k).end) for k in keys)
+    assert ranges == [(0, 0, 10), (0, 10, 13), (0, 13, 23), (0, 23, 25), (1, 0, 4)]
+    days = {(parse_key(k).partition, parse_key(k).start): parse_key(k).day for k in keys}
+    assert days[(0, 10)] + 1 == days[(0, 13)] == MIDNIGHT // DAY_MS
+    indexed = provider.index.chunks("orders", 0)
+    assert [(c.start_offset, c.end_offset) for c in indexed] == [(0, 10), (10, 13), (13, 23)]
+    assert provider.index.chunks("orders", 1) == []  # the tail is not indexed
+
+    # file sizes in the manifests equal the bytes served; stats prune by offset
+    table_files = await scan_files(provider, loaded)
+    for path, size in table_files:
+        assert len(await provider.read_file(key_from_uri("gw", path))) == size
+    pruned = await scan_rows(
+        provider, loaded, row_filter="kafka_offset >= 20 and kafka_partition = 0"
+    )
+    assert [row["kafka_offset"] for row in pruned] == list(range(20, 25))
+
+
+async def scan_files(provider: HotsetProvider, loaded) -> list[tuple[str, int]]:
+    import asyncio
+
+    from tests.isk_tables.support import open_table
+
+    table = open_table(provider, loaded, asyncio.get_running_loop())
+
+    def run() -> list[tuple[str, int]]:
+        return [(t.file.file_path, t.file.file_size_in_bytes) for t in table.scan().plan_files()]
+
+    return await asyncio.to_thread(run)
+
+
+async def test_same_state_gives_identical_files(tmp_path: Path, log: FakeLog) -> None:
+    log.produce("orders", 0, 23, lambda i: T0 + i * 1000)
+    log.produce("orders", 1, 7, lambda i: T0 + i)
+    first = make_provider(tmp_path, log, name="a")
+    second = make_provider(tmp_path, log, name="b")  # its own index and cache: built anew
+    one = await first.load_table("hotset", "orders")
+    two = await second.load_table("hotset", "orders")
+    fetches = log.fetches
+    again = await first.load_table("hotset", "orders")  # from the index this time
+    assert log.fetches == fetches  # sealed chunks from the index, the tail remembered
+    assert one == two == again
+    keys = [k for k, _ in await first.list_keys("c1/hotset/orders/", 1000)]
+    assert keys == [k for k, _ in await second.list_keys("c1/hotset/orders/", 1000)]
+    assert any(k.endswith(".avro") for k in keys)
+    for key in keys:
+        assert await first.read_file(key) == await second.read_file(key)
+        assert await first.file_size(key) == len(await first.read_file(key))
+
+    # new records: a new snapshot id; the sealed chunks are kept, the tail is re-chunked
+    log.produce("orders", 1, 5, lambda i: T0 + i)
+    three = await first.load_table("hotset", "orders")
+    assert three.metadata["current-snapshot-id"] != one.metadata["current-snapshot-id"]
+    assert len(await scan_rows(first, three)) == 35
+
+
+async def test_data_files_rebuild_from_the_key_alone(tmp_path: Path, log: FakeLog) -> None:
+    records = {0: log.produce("orders", 0, 12, lambda i: T0 + i), 1: []}
+    built = make_provider(tmp_path, log, name="a")
+    loaded = await built.load_table("hotset", "orders")
+    fresh = make_provider(tmp_path, log, name="b")  # never loaded the table, empty cache
+    data_keys = [k for k, _ in await built.list_keys("c1/hotset/orders/data/", 100)]
+    assert data_keys
+    for key in data_keys:
+        assert await fresh.read_file(key) == await built.read_file(key)
+    rows = []
+    for key in data_keys:
+        rows += pq.read_table(io.BytesIO(await fresh.read_file(key))).to_pylist()
+    assert rows == expected_rows(records)
+    assert loaded.metadata_location.endswith(".metadata.json")
+    # metadata files are only known to the gateway that built them (or its cache)
+    with pytest.raises(NoSuchFile):
+        await fresh.read_file(key_from_uri("gw", loaded.metadata_location))
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "c1/hotset/orders/data/p=0/day=2023-11-15/0-10.parquet",  # wrong day for the rows
+        "c1/hotset/orders/data/p=0/day=-/0-10.parquet",  # rows, but the key says none
+        "c1/hotset/orders/data/p=0/day=2023-11-14/0-99.parquet",  # beyond the log end
+        "c1/hotset/orders/data/p=5/day=2023-11-14/0-10.parquet",  # no such partition
+        "c1/hotset/nope/data/p=0/day=2023-11-14/0-10.parquet",  # no such topic
+        "c2/hotset/orders/data/p=0/day=2023-11-14/0-10.parquet",  # another cluster
+        "c1/hotset/orders/data/p=0/day=2023-11-14/0-10.parquet.x",
+        "c1/hotset/orders/metadata/1.metadata.json",
+    ],
+)
+async def test_made_up_keys_are_refused(tmp_path: Path, log: FakeLog, key: str) -> None:
+    log.produce("orders", 0, 12, lambda i: T0 + i)
+    provider = make_provider(tmp_path, log)
+    assert (await provider.read_file("c1/hotset/orders/data/p=0/day=2023-11-14/0-10.parquet"))[
+        :4
+    ] == b"PAR1"
+    with pytest.raises(NoSuchFile):
+        await provider.read_file(key)
+
+
+async def test_log_start_drops_chunks_kafka_no_longer_has(tmp_path: Path, log: FakeLog) -> None:
+    log.produce("orders", 0, 30, lambda i: T0 + i)
+    provider = make_provider(tmp_path, log)
+    await provider.load_table("hotset", "orders")
+    log.log_start[("orders", 0)] = 15  # retention deleted [0, 15)
+    loaded = await provider.load_table("hotset", "orders")
+    rows = await scan_rows(provider, loaded)
+    assert [row["kafka_offset"] for row in rows] == list(range(15, 30))
+    assert [c.start_offset for c in provider.index.chunks("orders", 0)] == [0, 10, 20]
