@@ -1,0 +1,158 @@
+"""The ``isk`` service: one ISK gateway (REST catalog + S3 gateway) over one Kafka cluster.
+
+It wires the pieces together: a :class:`.tables.kafka_reader.KafkaReader`, an index backend and a
+cache backend chosen by ``{type, config}`` among the registered plugins (never imported from
+their plugins), a :class:`.tables.hotset.HotsetProvider`, and the
+:class:`.http.server.IskHttpService` in front of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from bergstream.core.backends import CacheBackend, IndexBackend, ServiceContext
+from bergstream.core.models import StrictModel
+from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpService
+from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
+from bergstream.plugins.isk_gateway.tables.kafka_reader import KafkaReader
+
+__all__ = ["BackendChoice", "IskService", "IskServiceConfig", "create_isk_service"]
+
+log = logging.getLogger("bergstream.isk")
+
+_CLUSTER_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+class BackendChoice(StrictModel):
+    """A registered backend chosen by name, with its own settings."""
+
+    type: str = Field(min_length=1, description="registered name of the backend")
+    config: dict[str, Any] = Field(default_factory=dict, description="the backend's settings")
+
+
+class IskServiceConfig(StrictModel):
+    """Settings of the ``isk`` service (``services[].config`` with ``type: isk``)."""
+
+    cluster: str = Field("local", min_length=1, description="cluster name used in file keys")
+    kafka_bootstrap: str = Field(min_length=1, description="host:port[,host:port...] of Kafka")
+    http: IskHttpConfig
+    index: BackendChoice = Field(
+        default_factory=lambda: BackendChoice(type="sqlite"), description="the chunk index"
+    )
+    cache: BackendChoice = Field(
+        default_factory=lambda: BackendChoice(type="local"),
+        description="the cache of synthesized files",
+    )
+    chunk_records: int = Field(100_000, gt=0, description="offsets per indexed chunk")
+
+    @field_validator("cluster")
+    @classmethod
+    def _valid_cluster(cls, value: str) -> str:
+        if not set(value) <= _CLUSTER_CHARS:
+            raise ValueError("cluster must be letters, digits, '.', '_' or '-'")
+        return value
+
+
+def _backend_settings(context: ServiceContext, kind: str, choice: BackendChoice) -> BaseModel:
+    registration = context.plugins.get(kind, choice.type)
+    try:
+        return registration.config_model.model_validate(choice.config)
+    except ValidationError as error:
+        section = kind.split()[0]
+        raise ValueError(
+            f"isk: settings of the {kind} {choice.type!r} (config.{section}.config): {error}"
+        ) from error
+
+
+class IskService:
+    """A :class:`~bergstream.core.service.Service` running one ISK gateway."""
+
+    name = "isk"
+
+    def __init__(self, config: IskServiceConfig, context: ServiceContext) -> None:
+        self.config = config
+        self.context = context
+        # Resolve and validate the backends now, so a bad choice fails before anything starts.
+        self._index_registration = context.plugins.get("index backend", config.index.type)
+        self._cache_registration = context.plugins.get("cache backend", config.cache.type)
+        self._index_settings = _backend_settings(context, "index backend", config.index)
+        self._cache_settings = _backend_settings(context, "cache backend", config.cache)
+        self.reader: KafkaReader | None = None
+        self.index: IndexBackend | None = None
+        self.cache: CacheBackend | None = None
+        self.provider: HotsetProvider | None = None
+        self.http: IskHttpService | None = None
+
+    @property
+    def catalog_url(self) -> str | None:
+        """``http://host:port`` of the REST catalog once started."""
+        return self.http.catalog_url if self.http else None
+
+    @property
+    def s3_url(self) -> str | None:
+        """``http://host:port`` of the S3 gateway once started."""
+        return self.http.s3_url if self.http else None
+
+    async def start(self) -> None:
+        """Connect to Kafka, open the backends, then bind the catalog and S3 listeners."""
+        if self.http is not None:
+            return
+        c = self.config
+        try:
+            self.reader = KafkaReader(c.kafka_bootstrap, client_id=f"bergstream-isk-{c.cluster}")
+            await self.reader.start()
+            self.index = await asyncio.to_thread(
+                self._index_registration.factory, self._index_settings, self.context
+            )
+            self.cache = await asyncio.to_thread(
+                self._cache_registration.factory, self._cache_settings, self.context
+            )
+            self.provider = HotsetProvider(
+                self.reader,
+                self.index,
+                self.cache,
+                bucket=c.http.bucket,
+                cluster=c.cluster,
+                chunk_records=c.chunk_records,
+            )
+            http = IskHttpService(c.http, self.provider)
+            await http.start()
+            self.http = http
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("isk: catalog %s, s3 %s", self.catalog_url, self.s3_url)
+
+    async def stop(self) -> None:
+        """Close the listeners, the backends and the Kafka connections; safe to call twice."""
+        http, self.http = self.http, None
+        if http is not None:
+            await http.stop()
+        self.provider = None
+        cache, self.cache = self.cache, None
+        if cache is not None:
+            await asyncio.to_thread(_close_quietly, cache, "cache")
+        index, self.index = self.index, None
+        if index is not None:
+            await asyncio.to_thread(_close_quietly, index, "index")
+        reader, self.reader = self.reader, None
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                await reader.close()
+
+
+def _close_quietly(backend: CacheBackend | IndexBackend, what: str) -> None:
+    try:
+        backend.close()
+    except Exception:
+        log.exception("closing the %s backend failed", what)
+
+
+def create_isk_service(config: IskServiceConfig, context: ServiceContext) -> IskService:
+    """The ``isk`` service factory (``services[]`` with ``type: isk``)."""
+    return IskService(config, context)

@@ -1,0 +1,163 @@
+"""Helpers of the ISK end-to-end tests: run the ``isk`` service as ``bergstream run``, produce
+records, consume them directly, and load the DuckDB extensions from their wheels."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bergstream.core.records import Record
+from bergstream.core.row_contract import record_to_row
+from bergstream.core.stack.ports import free_ports
+from tests.support import ProxyProcess, pump_stderr
+
+BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
+ACCESS_KEY = "isk-test"
+SECRET_KEY = "isk-test-secret"
+DUCKDB_EXTENSIONS = ("parquet", "avro", "httpfs", "iceberg")
+
+
+@dataclass
+class Gateway:
+    """A running ``bergstream run`` process serving one ``isk`` service."""
+
+    process: ProxyProcess
+    catalog_url: str
+    s3_url: str
+
+    def catalog(self) -> Any:
+        from pyiceberg.catalog.rest import RestCatalog
+
+        return RestCatalog("isk", uri=self.catalog_url)
+
+
+def start_gateway(kafka_bootstrap: str, workdir: Path, chunk_records: int) -> Gateway:
+    """Write a config with free ports under ``workdir`` and run it; wait for the ready line."""
+    catalog_port, s3_port = free_ports(2)
+    config = workdir / "isk.yaml"
+    index, cache = workdir / "index.sqlite", workdir / "cache"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            services:
+              - type: isk
+                config:
+                  cluster: e2e
+                  kafka_bootstrap: "{kafka_bootstrap}"
+                  chunk_records: {chunk_records}
+                  http:
+                    catalog_port: {catalog_port}
+                    s3_port: {s3_port}
+                    access_key: {ACCESS_KEY}
+                    secret_key: {SECRET_KEY}
+                  index: {{type: sqlite, config: {{path: "{index}"}}}}
+                  cache: {{type: local, config: {{directory: "{cache}"}}}}
+            """
+        )
+    )
+    process = subprocess.Popen(
+        [BERGSTREAM, "run", "-c", str(config)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "BERGSTREAM_HOME": str(workdir / "home")},
+    )
+    running = ProxyProcess(process, kafka_bootstrap, config)
+    ready = threading.Event()
+    threading.Thread(
+        target=pump_stderr, args=(process.stderr, running.stderr_lines, ready), daemon=True
+    ).start()
+    if not ready.wait(60) or process.poll() is not None:
+        running.stop()
+        raise RuntimeError(f"the isk service did not start:\n{running.log()}")
+    return Gateway(running, f"http://127.0.0.1:{catalog_port}", f"http://127.0.0.1:{s3_port}")
+
+
+def produce(bootstrap: str, topic: str, records: list[dict[str, Any]]) -> None:
+    """Produce ``records`` (``partition``, ``key``, ``value``, ``headers``) and wait for acks."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    failures: list[Any] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failures.append(error)
+
+    for record in records:
+        producer.produce(topic, on_delivery=delivered, **record)
+    assert producer.flush(30) == 0, "records still unacknowledged after 30 s"
+    assert not failures, failures
+
+
+def consume_rows(bootstrap: str, topic: str, count: int) -> list[dict[str, Any]]:
+    """The first ``count`` records of ``topic``, read directly (read_committed), as rows of the
+    row contract sorted by (partition, offset)."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{topic}-check",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    rows: list[dict[str, Any]] = []
+    try:
+        for _ in range(120):
+            if len(rows) >= count:
+                break
+            for message in consumer.consume(count - len(rows), 1.0):
+                if message.error():
+                    continue
+                kind, stamp = message.timestamp()
+                record = Record(
+                    message.offset(),
+                    stamp,
+                    message.key(),
+                    message.value(),
+                    tuple(message.headers() or ()),
+                )
+                rows.append(record_to_row(message.partition(), record, 1 if kind == 2 else 0))
+    finally:
+        consumer.close()
+    assert len(rows) == count, f"consumed {len(rows)} of {count} records"
+    return sort_rows(rows)
+
+
+def sort_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda row: (row["kafka_partition"], row["kafka_offset"]))
+
+
+def duckdb_extension_paths() -> dict[str, Path] | None:
+    """Extension files shipped by the ``duckdb-extension-*`` wheels matching the installed
+    DuckDB, or None if DuckDB or one of them is not installed."""
+    if importlib.util.find_spec("duckdb") is None:
+        return None
+    import duckdb
+
+    paths = {}
+    for name in DUCKDB_EXTENSIONS:
+        spec = importlib.util.find_spec(f"duckdb_extension_{name}")
+        if spec is None or spec.origin is None:
+            return None
+        path = (
+            Path(spec.origin).parent
+            / "extensions"
+            / f"v{duckdb.__version__}"
+            / f"{name}.duckdb_extension"
+        )
+        if not path.is_file():
+            return None
+        paths[name] = path
+    return paths

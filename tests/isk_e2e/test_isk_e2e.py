@@ -1,0 +1,135 @@
+"""The ``isk`` service end to end: ``bergstream run`` over a real Kafka, read by PyIceberg's
+RestCatalog (vended S3 settings, through the S3 gateway) and, when its pinned wheels are
+installed, by DuckDB's iceberg extension."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.isk_e2e.helpers import (
+    Gateway,
+    consume_rows,
+    duckdb_extension_paths,
+    produce,
+    sort_rows,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def mixed_records(count: int) -> list[dict[str, Any]]:
+    """Null, empty and plain keys; tombstones and empty values; duplicate and null-valued
+    headers; two partitions."""
+    records = []
+    for i in range(count):
+        key = (None, b"", b"k%d" % i)[i % 3]
+        value = None if i % 5 == 0 else (b"" if i % 7 == 0 else b"v%d" % i)
+        headers = [("h", b"1"), ("h", b"2"), ("x", None), ("", b"")][: i % 5]
+        records.append({"partition": i % 2, "key": key, "value": value, "headers": headers or None})
+    return records
+
+
+def scan(gateway: Gateway, topic: str) -> list[dict[str, Any]]:
+    table = gateway.catalog().load_table(f"hotset.{topic}")
+    return sort_rows(table.scan().to_arrow().to_pylist())
+
+
+def test_table_lists_and_scans_as_consumed(
+    gateway: Gateway, kafka_bootstrap: str, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=2)
+    produce(kafka_bootstrap, topic, mixed_records(45))
+    catalog = gateway.catalog()
+    assert ("hotset",) in catalog.list_namespaces()
+    assert ("hotset", topic) in catalog.list_tables("hotset")
+    expected = consume_rows(kafka_bootstrap, topic, 45)
+    rows = scan(gateway, topic)
+    assert rows == expected
+    assert {row["kafka_partition"] for row in rows} == {0, 1}
+    assert any(row["kafka_key"] is None for row in rows)
+    assert any(row["kafka_key"] == b"" for row in rows)
+    assert any(row["kafka_value"] is None for row in rows)
+    assert any(len(row["kafka_headers"]) >= 2 for row in rows)
+
+
+def test_zero_lag(gateway: Gateway, kafka_bootstrap: str, new_topic: Callable[..., str]) -> None:
+    topic = new_topic(partitions=2)
+    for i in range(20):
+        value = b"lag-%d" % i
+        produce(kafka_bootstrap, topic, [{"partition": i % 2, "key": b"k", "value": value}])
+        rows = scan(gateway, topic)  # a fresh LoadTable after the ack
+        assert len(rows) == i + 1
+        last = [row for row in rows if row["kafka_partition"] == i % 2][-1]
+        assert last["kafka_value"] == value and last["kafka_offset"] == i // 2
+
+
+def test_same_state_gives_the_same_metadata_location(
+    gateway: Gateway, kafka_bootstrap: str, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=2)
+    produce(kafka_bootstrap, topic, mixed_records(19))
+    catalog = gateway.catalog()
+    first = catalog.load_table(f"hotset.{topic}")
+    first.scan().to_arrow()  # reading files changes nothing
+    second = gateway.catalog().load_table(f"hotset.{topic}")
+    assert second.metadata_location == first.metadata_location
+    assert second.metadata == first.metadata
+    produce(kafka_bootstrap, topic, mixed_records(1))
+    third = catalog.load_table(f"hotset.{topic}")
+    assert third.metadata_location != first.metadata_location
+
+
+def test_missing_table_is_no_such_table(gateway: Gateway) -> None:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    with pytest.raises(NoSuchTableError):
+        gateway.catalog().load_table("hotset.no-such-topic-here")
+
+
+def test_duckdb_reads_the_table(
+    gateway: Gateway, kafka_bootstrap: str, new_topic: Callable[..., str]
+) -> None:
+    extensions = duckdb_extension_paths()
+    if extensions is None:
+        pytest.fail("duckdb==1.5.5 and its extension wheels are missing: run scripts/setup")
+    import duckdb
+
+    topic = new_topic(partitions=2)
+    produce(kafka_bootstrap, topic, mixed_records(37))
+    expected = consume_rows(kafka_bootstrap, topic, 37)
+    connection = duckdb.connect(
+        config={
+            "allow_unsigned_extensions": "true",
+            "autoinstall_known_extensions": "false",
+            "autoload_known_extensions": "false",
+        }
+    )
+    try:
+        for path in extensions.values():  # parquet, avro, httpfs, then iceberg
+            connection.execute(f"LOAD '{path}'")
+        connection.execute(
+            f"ATTACH '' AS isk (TYPE iceberg, ENDPOINT '{gateway.catalog_url}', "
+            "AUTHORIZATION_TYPE 'none')"
+        )
+        count, values, offsets, headers = connection.execute(
+            "SELECT count(*), count(kafka_value), sum(kafka_offset), sum(len(kafka_headers)) "
+            f'FROM isk.hotset."{topic}"'
+        ).fetchone()
+        # the last record of each partition, as DuckDB sees it
+        tail = connection.execute(
+            "SELECT kafka_partition, max(kafka_offset) "
+            f'FROM isk.hotset."{topic}" GROUP BY kafka_partition ORDER BY 1'
+        ).fetchall()
+    finally:
+        connection.close()
+    assert count == len(expected)
+    assert values == sum(row["kafka_value"] is not None for row in expected)
+    assert offsets == sum(row["kafka_offset"] for row in expected)
+    assert headers == sum(len(row["kafka_headers"]) for row in expected)
+    assert tail == [
+        (p, max(row["kafka_offset"] for row in expected if row["kafka_partition"] == p))
+        for p in (0, 1)
+    ]
