@@ -1,0 +1,168 @@
+"""Spark reads an ISK hotset table through the gateway, unmodified: Iceberg's REST catalog and
+S3FileIO (vended S3 settings) against ``bergstream run``'s ``isk`` service."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.isk_e2e.helpers import Gateway, consume_rows, produce, sort_rows
+from tests.isk_e2e.test_isk_e2e import mixed_records
+
+pytestmark = pytest.mark.slow
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+# Timestamps as µs since the epoch: collecting a timestamptz turns it into a naive datetime in
+# the Python process's local zone, so compare the exact integer instead.
+SELECT_ROWS = (
+    "SELECT kafka_partition, kafka_offset, unix_micros(kafka_timestamp) AS kafka_timestamp_us, "
+    "kafka_timestamp_type, kafka_key, kafka_headers, kafka_value FROM {table}"
+)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    """The run's one Spark session (pyspark's getOrCreate returns a running one, e.g. the
+    pipeline tests'); stopped at the end of the module only if this module started it."""
+    from pyspark import SparkContext
+
+    from bergstream.pipeline.session import build_session
+
+    started = SparkContext._active_spark_context is None
+    session = build_session({"spark.driver.memory": "1g"})
+    try:
+        yield session
+    finally:
+        if started:
+            session.stop()
+
+
+@pytest.fixture(scope="module")
+def catalog(spark: Any, gateway: Gateway) -> str:
+    """An Iceberg REST catalog on the module's gateway, attached at runtime under a fresh name;
+    S3 settings come only from the table's vended config."""
+    name = f"isk_{uuid.uuid4().hex[:8]}"
+    prefix = f"spark.sql.catalog.{name}"
+    spark.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
+    spark.conf.set(f"{prefix}.type", "rest")
+    spark.conf.set(f"{prefix}.uri", gateway.catalog_url)
+    spark.conf.set(f"{prefix}.io-impl", "org.apache.iceberg.aws.s3.S3FileIO")
+    spark.conf.set(f"{prefix}.cache-enabled", "false")
+    return name
+
+
+def table_name(catalog: str, topic: str) -> str:
+    return f"{catalog}.hotset.`{topic}`"
+
+
+def as_bytes(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
+
+
+def spark_rows(spark: Any, table: str) -> list[dict[str, Any]]:
+    """Rows of ``table`` as Spark collects them, in the row contract (µs timestamps)."""
+    rows = []
+    for row in spark.sql(SELECT_ROWS.format(table=table)).collect():
+        rows.append(
+            {
+                "kafka_partition": row.kafka_partition,
+                "kafka_offset": row.kafka_offset,
+                "kafka_timestamp": row.kafka_timestamp_us,
+                "kafka_timestamp_type": row.kafka_timestamp_type,
+                "kafka_key": as_bytes(row.kafka_key),
+                "kafka_headers": [
+                    {"key": header.key, "value": as_bytes(header.value)}
+                    for header in row.kafka_headers or ()
+                ],
+                "kafka_value": as_bytes(row.kafka_value),
+            }
+        )
+    return sort_rows(rows)
+
+
+def in_micros(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (aware UTC datetimes) with ``kafka_timestamp`` as µs since the epoch."""
+    return [
+        {**row, "kafka_timestamp": (row["kafka_timestamp"] - EPOCH) // dt.timedelta(microseconds=1)}
+        for row in rows
+    ]
+
+
+def test_spark_reads_the_table_as_consumed(
+    spark: Any,
+    catalog: str,
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+) -> None:
+    topic = new_topic(partitions=2)
+    produce(kafka_bootstrap, topic, mixed_records(45))
+    expected = in_micros(consume_rows(kafka_bootstrap, topic, 45))
+    table = table_name(catalog, topic)
+
+    assert spark_rows(spark, table) == expected
+    assert spark.sql(f"SELECT count(*) FROM {table}").first()[0] == 45
+    # spark.table goes the same way as SQL
+    assert spark.table(table).count() == 45
+    assert {row["kafka_partition"] for row in expected} == {0, 1}
+    assert any(row["kafka_key"] is None for row in expected)
+    assert any(row["kafka_key"] == b"" for row in expected)
+    assert any(row["kafka_value"] is None for row in expected)
+    assert any([h["key"] for h in row["kafka_headers"]].count("h") == 2 for row in expected)
+
+
+def test_spark_metadata_tables(
+    spark: Any,
+    catalog: str,
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+) -> None:
+    topic = new_topic(partitions=2)
+    produce(kafka_bootstrap, topic, mixed_records(21))
+    table = table_name(catalog, topic)
+
+    snapshots = spark.sql(f"SELECT snapshot_id, summary FROM {table}.snapshots").collect()
+    assert snapshots
+    current = spark.sql(
+        f"SELECT snapshot_id FROM {table}.history WHERE is_current_ancestor"
+    ).collect()
+    assert current
+    files = spark.sql(f"SELECT file_path, record_count, file_size_in_bytes FROM {table}.files")
+    rows = files.collect()
+    assert sum(row.record_count for row in rows) == 21
+    # sealed chunks of 8 plus each partition's unsealed tail, all read through the S3 gateway
+    assert len(rows) >= 4 and all(row.file_path.startswith("s3://") for row in rows)
+    assert all(row.file_size_in_bytes > 0 for row in rows)
+
+
+def test_spark_missing_table_is_no_such_table(spark: Any, catalog: str) -> None:
+    from pyspark.errors import AnalysisException
+
+    with pytest.raises(AnalysisException) as raised:
+        spark.table(table_name(catalog, "no-such-topic-here")).count()
+    assert "TABLE_OR_VIEW_NOT_FOUND" in str(raised.value)
+    with pytest.raises(AnalysisException) as raised:
+        spark.sql(f"SELECT * FROM {table_name(catalog, 'no-such-topic-here')}.snapshots").collect()
+    assert "TABLE_OR_VIEW_NOT_FOUND" in str(raised.value)
+
+
+def test_spark_zero_lag(
+    spark: Any,
+    catalog: str,
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+) -> None:
+    topic = new_topic(partitions=2)
+    table = table_name(catalog, topic)
+    for i in range(5):
+        value = b"lag-%d" % i
+        produce(kafka_bootstrap, topic, [{"partition": i % 2, "key": b"k", "value": value}])
+        rows = spark_rows(spark, table)  # cache-enabled=false: a fresh LoadTable per query
+        assert len(rows) == i + 1
+        last = [row for row in rows if row["kafka_partition"] == i % 2][-1]
+        assert last["kafka_value"] == value and last["kafka_offset"] == i // 2
+        assert spark.sql(f"SELECT count(*) FROM {table}").first()[0] == i + 1
