@@ -53,8 +53,11 @@ def new_topic(kafka_bootstrap: str) -> Callable[..., str]:
 
     def create(partitions: int = 3, prefix: str = "t", **configs: str) -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        # Tests produce records with old timestamps (0, 2023, ...): time-based retention would
+        # delete them within seconds, so test topics keep everything unless a test says so.
+        settings = {"retention.ms": "-1", **configs}
         futures = admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=configs)]
+            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=settings)]
         )
         futures[name].result(timeout=30)
         return name

@@ -126,7 +126,9 @@ def test_plugin_filter_runs_in_the_proxy(plugin_path, run_proxy, new_topic, kafk
     consumer.subscribe([topic])
     got = {}
     try:
+        _deadline = time.monotonic() + 120
         while len(got) < 500:
+            assert time.monotonic() < _deadline, "records did not all arrive within 120 s"
             message = consumer.poll(5)
             if message is not None and message.error() is None:
                 got[int(message.key())] = message.headers()

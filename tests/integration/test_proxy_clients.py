@@ -92,7 +92,9 @@ def test_confluent_kafka_round_trip(run_proxy):
     got = []
     seen_brokers: set[str] = set()
     try:
+        _deadline = time.monotonic() + 120
         while len(got) < RECORDS:
+            assert time.monotonic() < _deadline, "records did not all arrive within 120 s"
             message = consumer.poll(5)
             if message is None:
                 continue
@@ -128,7 +130,9 @@ async def test_aiokafka_round_trip(run_proxy):
     await consumer.start()
     got = []
     try:
+        _deadline = time.monotonic() + 120
         while len(got) < RECORDS:
+            assert time.monotonic() < _deadline, "records did not all arrive within 120 s"
             batches = await asyncio.wait_for(consumer.getmany(timeout_ms=2000), 30)
             for messages in batches.values():
                 got.extend((m.key, m.value, list(m.headers)) for m in messages)

@@ -3,6 +3,7 @@ batches, compression, headers; rows must equal what a read_committed consumer se
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -63,8 +64,10 @@ def consume_committed(bootstrap: str, topic: str, count: int) -> list[dict]:
     )
     consumer.subscribe([topic])
     rows = []
+    deadline = time.monotonic() + 60
     try:
         while len(rows) < count:
+            assert time.monotonic() < deadline, f"only {len(rows)} of {count} records consumed"
             message = consumer.poll(1.0)
             if message is None or message.error():
                 continue
@@ -94,7 +97,9 @@ async def raw_fetch(bootstrap: str, topic: str) -> tuple[bytes, list[tuple[int, 
     try:
         await client.force_metadata_update()
         leader = client.cluster.leader_for_partition(TopicPartition(topic, 0))
+        deadline = time.monotonic() + 60
         while last_stable is None or offset < last_stable:
+            assert time.monotonic() < deadline, f"fetching stalled at offset {offset}"
             request = FetchRequest(
                 100, 1, 10_000_000, READ_COMMITTED, [(topic, [(0, offset, 10_000_000)])]
             )

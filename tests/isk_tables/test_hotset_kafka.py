@@ -4,6 +4,7 @@ provider.read_file and compare with what a read_committed consumer gets (the row
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -67,7 +68,9 @@ def consume_committed(bootstrap: str, topic: str, count: int) -> list[dict]:
     consumer.subscribe([topic])
     rows = []
     try:
+        _deadline = time.monotonic() + 120
         while len(rows) < count:
+            assert time.monotonic() < _deadline, "records did not all arrive within 120 s"
             message = consumer.poll(1.0)
             if message is None or message.error():
                 continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+import time
 import uuid
 
 import pytest
@@ -129,7 +130,9 @@ async def test_clients_work_after_fuzzing(kafka_bootstrap, kafka_fuzz_proxy):
     await consumer.start()
     got = []
     async with asyncio.timeout(60):
+        _deadline = time.monotonic() + 120
         while len(got) < 30:
+            assert time.monotonic() < _deadline, "records did not all arrive within 120 s"
             for messages in (await consumer.getmany(timeout_ms=500)).values():
                 got.extend(messages)
     await consumer.stop()

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import ssl
 import struct
+import time
 import uuid
 from dataclasses import replace
 from typing import ClassVar
@@ -83,7 +84,9 @@ async def consume(bootstrap: str, topic: str, count: int, timeout: float = 60) -
     records = []
     try:
         async with asyncio.timeout(timeout):
+            _deadline = time.monotonic() + 120
             while len(records) < count:
+                assert time.monotonic() < _deadline, "records did not all arrive within 120 s"
                 batch = await consumer.getmany(timeout_ms=500)
                 for messages in batch.values():
                     records.extend(messages)
@@ -397,7 +400,9 @@ async def test_aiokafka_over_tls(kafka_bootstrap, start_proxy, tmp_path):
     got = []
     try:
         async with asyncio.timeout(60):
+            _deadline = time.monotonic() + 120
             while len(got) < 20:
+                assert time.monotonic() < _deadline, "records did not all arrive within 120 s"
                 for messages in (await consumer.getmany(timeout_ms=500)).values():
                     got.extend(m.value for m in messages)
     finally:
