@@ -10,8 +10,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from bergstream.core.records import Record
+from bergstream.core.row_contract import record_to_row
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -65,3 +69,46 @@ def require_binary(name: str) -> str:
     if path is None:
         pytest.fail(f"{name} is not installed: run scripts/setup")
     return path
+
+
+def consume_rows(bootstrap: str, topic: str, count: int) -> list[dict[str, Any]]:
+    """The first ``count`` records of ``topic``, read directly (read_committed), as rows of the
+    row contract sorted by (partition, offset)."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{topic}-check",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    rows: list[dict[str, Any]] = []
+    try:
+        for _ in range(120):
+            if len(rows) >= count:
+                break
+            for message in consumer.consume(count - len(rows), 1.0):
+                if message.error():
+                    continue
+                kind, stamp = message.timestamp()
+                record = Record(
+                    message.offset(),
+                    stamp,
+                    message.key(),
+                    message.value(),
+                    tuple(message.headers() or ()),
+                )
+                rows.append(record_to_row(message.partition(), record, 1 if kind == 2 else 0))
+    finally:
+        consumer.close()
+    assert len(rows) == count, f"consumed {len(rows)} of {count} records"
+    return sort_rows(rows)
+
+
+def sort_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` in (partition, offset) order."""
+    return sorted(rows, key=lambda row: (row["kafka_partition"], row["kafka_offset"]))

@@ -12,9 +12,9 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import TopicPartition
 
-from bergstream.core.records import Record, split_batches
-from bergstream.core.row_contract import record_to_row
+from bergstream.core.records import split_batches
 from bergstream.plugins.isk_gateway.synthesis import records_to_table
+from tests.support import consume_rows
 
 pytestmark = pytest.mark.slow
 
@@ -47,42 +47,6 @@ def produce(bootstrap: str, topic: str) -> None:
     for i in range(3):
         plain.produce(topic, key=b"p", value=b"plain%d" % i, partition=0, timestamp=0)
     plain.flush(30)
-
-
-def consume_committed(bootstrap: str, topic: str, count: int) -> list[dict]:
-    """Rows of what a read_committed confluent-kafka consumer gets."""
-    from confluent_kafka import Consumer
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-g",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    rows = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(rows) < count:
-            assert time.monotonic() < deadline, f"only {len(rows)} of {count} records consumed"
-            message = consumer.poll(1.0)
-            if message is None or message.error():
-                continue
-            kind, stamp = message.timestamp()
-            record = Record(
-                message.offset(),
-                stamp,
-                message.key(),
-                message.value(),
-                tuple(message.headers() or ()),
-            )
-            rows.append(record_to_row(0, record, 1 if kind == 2 else 0))
-    finally:
-        consumer.close()
-    return rows
 
 
 async def raw_fetch(bootstrap: str, topic: str) -> tuple[bytes, list[tuple[int, int]], int]:
@@ -127,7 +91,7 @@ async def test_real_batches_synthesize_to_what_read_committed_consumers_see(
 ) -> None:
     topic = new_topic(partitions=1)
     produce(kafka_bootstrap, topic)
-    expected = consume_committed(kafka_bootstrap, topic, 12)
+    expected = consume_rows(kafka_bootstrap, topic, 12)
     records, aborted, last_stable = await raw_fetch(kafka_bootstrap, topic)
     assert aborted, "the broker should list the aborted transaction"
     table = records_to_table(records, 0, end_offset=last_stable, aborted_transactions=aborted)

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bergstream.core.records import Record
-from bergstream.core.row_contract import record_to_row
 from bergstream.core.stack.ports import free_ports
 from tests.support import ProxyProcess, pump_stderr
 
@@ -95,48 +93,6 @@ def produce(bootstrap: str, topic: str, records: list[dict[str, Any]]) -> None:
         producer.produce(topic, on_delivery=delivered, **record)
     assert producer.flush(30) == 0, "records still unacknowledged after 30 s"
     assert not failures, failures
-
-
-def consume_rows(bootstrap: str, topic: str, count: int) -> list[dict[str, Any]]:
-    """The first ``count`` records of ``topic``, read directly (read_committed), as rows of the
-    row contract sorted by (partition, offset)."""
-    from confluent_kafka import Consumer
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-check",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    rows: list[dict[str, Any]] = []
-    try:
-        for _ in range(120):
-            if len(rows) >= count:
-                break
-            for message in consumer.consume(count - len(rows), 1.0):
-                if message.error():
-                    continue
-                kind, stamp = message.timestamp()
-                record = Record(
-                    message.offset(),
-                    stamp,
-                    message.key(),
-                    message.value(),
-                    tuple(message.headers() or ()),
-                )
-                rows.append(record_to_row(message.partition(), record, 1 if kind == 2 else 0))
-    finally:
-        consumer.close()
-    assert len(rows) == count, f"consumed {len(rows)} of {count} records"
-    return sort_rows(rows)
-
-
-def sort_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(rows, key=lambda row: (row["kafka_partition"], row["kafka_offset"]))
 
 
 def duckdb_extension_paths() -> dict[str, Path] | None:

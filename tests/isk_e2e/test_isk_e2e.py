@@ -11,11 +11,10 @@ import pytest
 
 from tests.isk_e2e.helpers import (
     Gateway,
-    consume_rows,
     duckdb_extension_paths,
     produce,
-    sort_rows,
 )
+from tests.support import consume_rows, sort_rows
 
 pytestmark = pytest.mark.slow
 

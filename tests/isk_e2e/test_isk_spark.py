@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.isk_e2e.helpers import Gateway, consume_rows, produce, sort_rows
+from tests.isk_e2e.helpers import Gateway, produce
 from tests.isk_e2e.test_isk_e2e import mixed_records
+from tests.support import consume_rows, sort_rows
 
 pytestmark = pytest.mark.slow
 

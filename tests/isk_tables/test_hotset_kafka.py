@@ -4,19 +4,17 @@ provider.read_file and compare with what a read_committed consumer gets (the row
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from bergstream.core.records import Record
-from bergstream.core.row_contract import record_to_row
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
 from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from bergstream.plugins.isk_gateway.tables.kafka_reader import KafkaReader
 from tests.isk_tables.support import scan_rows
+from tests.support import consume_rows
 
 pytestmark = pytest.mark.slow
 
@@ -53,41 +51,6 @@ def produce(bootstrap: str, topic: str) -> None:
             txn.abort_transaction(30)
 
 
-def consume_committed(bootstrap: str, topic: str, count: int) -> list[dict]:
-    from confluent_kafka import Consumer
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-g",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    rows = []
-    try:
-        _deadline = time.monotonic() + 120
-        while len(rows) < count:
-            assert time.monotonic() < _deadline, "records did not all arrive within 120 s"
-            message = consumer.poll(1.0)
-            if message is None or message.error():
-                continue
-            kind, stamp = message.timestamp()
-            record = Record(
-                message.offset(),
-                stamp,
-                message.key(),
-                message.value(),
-                tuple(message.headers() or ()),
-            )
-            rows.append(record_to_row(message.partition(), record, 1 if kind == 2 else 0))
-    finally:
-        consumer.close()
-    return sorted(rows, key=lambda row: (row["kafka_partition"], row["kafka_offset"]))
-
-
 def provider_for(reader: KafkaReader, tmp_path: Path, name: str) -> HotsetProvider:
     return HotsetProvider(
         reader,
@@ -104,7 +67,7 @@ async def test_hotset_table_equals_read_committed_consumption(
 ) -> None:
     topic = new_topic(partitions=2)
     produce(kafka_bootstrap, topic)
-    expected = consume_committed(kafka_bootstrap, topic, 48)
+    expected = consume_rows(kafka_bootstrap, topic, 48)
     async with KafkaReader(kafka_bootstrap) as reader:
         provider = provider_for(reader, tmp_path, "a")
         assert topic in await provider.list_tables("hotset")
