@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from bergstream.core.lake import LakeConfig
-from bergstream.core.models import StrictModel
+from bergstream.core.models import Bootstrap, StrictModel
 
 if TYPE_CHECKING:
     from bergstream.core.plugins import PluginRegistry
@@ -87,17 +87,8 @@ class ServerTlsConfig(StrictModel):
 class TargetClusterConfig(StrictModel):
     """The real Kafka cluster behind a virtual cluster."""
 
-    bootstrap: str = Field(description="comma-separated host:port list of the real cluster")
+    bootstrap: Bootstrap = Field(description="comma-separated host:port list of the real cluster")
     tls: ClientTlsConfig | None = Field(None, description="TLS toward the brokers; plain if unset")
-
-    @field_validator("bootstrap")
-    @classmethod
-    def _check_bootstrap(cls, value: str) -> str:
-        for part in value.split(","):
-            host, sep, port = part.strip().rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"'{part}' is not host:port (e.g. 127.0.0.1:9092)")
-        return value
 
     def addresses(self) -> list[tuple[str, int]]:
         """The bootstrap list as (host, port) pairs."""

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlparse
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from bergstream.core.models import StrictModel
+from bergstream.core.models import Bootstrap, StrictModel
 from bergstream.core.stack.paths import StackPaths
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class LakeMaintenanceConfig(StrictModel):
 class LakeConfig(StrictModel):
     """The ``lake:`` section."""
 
-    kafka_bootstrap: str = Field(description="host:port list of the Kafka cluster to copy")
+    kafka_bootstrap: Bootstrap = Field(description="host:port list of the Kafka cluster to copy")
     namespace: str = Field(
         DEFAULT_NAMESPACE,
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
@@ -136,15 +136,6 @@ class LakeConfig(StrictModel):
     s3: LakeS3Config | None = Field(None, description="S3 settings for an s3:// warehouse")
     pipeline: LakePipelineConfig = Field(default_factory=LakePipelineConfig)
     maintenance: LakeMaintenanceConfig = Field(default_factory=LakeMaintenanceConfig)
-
-    @field_validator("kafka_bootstrap")
-    @classmethod
-    def _check_bootstrap(cls, value: str) -> str:
-        for part in value.split(","):
-            host, sep, port = part.strip().rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"'{part}' is not host:port (e.g. 127.0.0.1:9092)")
-        return value
 
 
 # --------------------------------------------------------------------------- resolution

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from bergstream.core.stack.ports import free_port_block
-from tests.support import ProxyProcess, pump_stderr
+from tests.support import ProxyProcess, start_bergstream_run
 
 REPO = Path(__file__).resolve().parent.parent
-BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
 
 
 @pytest.fixture(scope="session")
@@ -89,21 +84,7 @@ def run_proxy(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Pr
                 """
             )
         )
-        process = subprocess.Popen(
-            [BERGSTREAM, "-v", "run", "-c", str(config)],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
-        proxy = ProxyProcess(process, f"127.0.0.1:{port}", config)
-        ready = threading.Event()
-        threading.Thread(
-            target=pump_stderr, args=(process.stderr, proxy.stderr_lines, ready), daemon=True
-        ).start()
-        if not ready.wait(60) or process.poll() is not None:
-            proxy.stop()
-            raise RuntimeError(f"proxy did not start:\n{proxy.log()}")
+        proxy = start_bergstream_run(config, f"127.0.0.1:{port}", env, "the proxy")
         started.append(proxy)
         return proxy
 

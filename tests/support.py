@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -51,6 +53,32 @@ def pump_stderr(stream, lines: list[str], ready: threading.Event) -> None:
         if "bergstream: ready" in line:
             ready.set()
     ready.set()
+
+
+BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
+
+
+def start_bergstream_run(
+    config: Path, address: str, env: dict[str, str] | None = None, what: str = "bergstream run"
+) -> ProxyProcess:
+    """``bergstream -v run -c config`` as a process, returned once it printed its ready line;
+    ``address`` is what the caller connects to (kept on the result)."""
+    process = subprocess.Popen(
+        [BERGSTREAM, "-v", "run", "-c", str(config)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    running = ProxyProcess(process, address, config)
+    ready = threading.Event()
+    threading.Thread(
+        target=pump_stderr, args=(process.stderr, running.stderr_lines, ready), daemon=True
+    ).start()
+    if not ready.wait(60) or process.poll() is not None:
+        running.stop()
+        raise RuntimeError(f"{what} did not start:\n{running.log()}")
+    return running
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 30, interval: float = 0.2) -> None:

@@ -4,19 +4,14 @@ records, consume them directly, and load the DuckDB extensions from their wheels
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 import textwrap
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bergstream.core.stack.ports import free_ports
-from tests.support import ProxyProcess, pump_stderr
+from tests.support import ProxyProcess, start_bergstream_run
 
-BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
 ACCESS_KEY = "isk-test"
 SECRET_KEY = "isk-test-secret"
 DUCKDB_EXTENSIONS = ("parquet", "avro", "httpfs", "iceberg")
@@ -60,21 +55,9 @@ def start_gateway(kafka_bootstrap: str, workdir: Path, chunk_records: int) -> Ga
             """
         )
     )
-    process = subprocess.Popen(
-        [BERGSTREAM, "run", "-c", str(config)],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "BERGSTREAM_HOME": str(workdir / "home")},
+    running = start_bergstream_run(
+        config, kafka_bootstrap, {"BERGSTREAM_HOME": str(workdir / "home")}, "the isk service"
     )
-    running = ProxyProcess(process, kafka_bootstrap, config)
-    ready = threading.Event()
-    threading.Thread(
-        target=pump_stderr, args=(process.stderr, running.stderr_lines, ready), daemon=True
-    ).start()
-    if not ready.wait(60) or process.poll() is not None:
-        running.stop()
-        raise RuntimeError(f"the isk service did not start:\n{running.log()}")
     return Gateway(running, f"http://127.0.0.1:{catalog_port}", f"http://127.0.0.1:{s3_port}")
 
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.isk_e2e.helpers import BERGSTREAM
+from tests.support import BERGSTREAM
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "isk.yaml"

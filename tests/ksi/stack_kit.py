@@ -9,17 +9,14 @@ import json
 import os
 import random
 import subprocess
-import sys
 import textwrap
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bergstream.core.stack.ports import free_port_block
-from tests.support import ProxyProcess, pump_stderr
+from tests.support import BERGSTREAM, ProxyProcess, start_bergstream_run
 
-BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
 BASE_TIMESTAMP = 1_600_000_000_000
 
 #: (partition, offset, timestamp, key, value, headers): a record as clients see it.
@@ -164,20 +161,7 @@ def start_ksi_proxy(
         )
         + lake
     )
-    process = subprocess.Popen(
-        [BERGSTREAM, "-v", "run", "-c", str(config)],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    proxy = ProxyProcess(process, f"127.0.0.1:{port}", config)
-    ready = threading.Event()
-    threading.Thread(
-        target=pump_stderr, args=(process.stderr, proxy.stderr_lines, ready), daemon=True
-    ).start()
-    if not ready.wait(60) or process.poll() is not None:
-        proxy.stop()
-        raise RuntimeError(f"the proxy did not start:\n{proxy.log()}")
+    proxy = start_bergstream_run(config, f"127.0.0.1:{port}", what="the proxy")
     return proxy
 
 
