@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -216,3 +217,14 @@ def terminate(pids: Mapping[int, float]) -> dict[int, bool]:
         if deadlines:
             time.sleep(0.05)
     return killed
+
+
+def binary_version(command: Sequence[str], pattern: str) -> str:
+    """The version a server binary prints for ``command`` (first group of ``pattern`` in its
+    stdout and stderr), or ``unknown`` if it cannot be run or prints none."""
+    try:
+        out = subprocess.run(list(command), capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    match = re.search(pattern, out.stdout + out.stderr)
+    return match.group(1) if match else "unknown"

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import re
 import socket
-import subprocess
 
 from .paths import StackError, StackPaths
-from .procs import find_executable
+from .procs import binary_version, find_executable
 
 __all__ = ["find_redis_server", "probe_redis", "redis_command", "redis_version"]
 
@@ -32,14 +30,7 @@ def find_redis_server() -> str:
 
 def redis_version(binary: str) -> str:
     """The Redis version of ``binary`` (e.g. ``7.0.15``), or ``unknown``."""
-    try:
-        out = subprocess.run(
-            [binary, "--version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    match = re.search(r"v=(\S+)", out.stdout)
-    return match.group(1) if match else "unknown"
+    return binary_version([binary, "--version"], r"v=(\S+)")
 
 
 def redis_command(paths: StackPaths, binary: str, port: int) -> list[str]:

@@ -8,14 +8,12 @@ import hmac
 import http.client
 import json
 import os
-import re
-import subprocess
 from pathlib import Path
 
 from .env import S3_REGION
 from .paths import StackError, StackPaths
 from .ports import free_port_pairs, port_is_free
-from .procs import _script_dirs, find_executable
+from .procs import _script_dirs, binary_version, find_executable
 
 __all__ = [
     "S3_PORT_NAMES",
@@ -67,14 +65,7 @@ def find_weed() -> str:
 
 def weed_version(weed: str) -> str:
     """The SeaweedFS version of ``weed`` (e.g. ``4.48``), or ``unknown``."""
-    try:
-        out = subprocess.run(
-            [weed, "version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    match = re.search(r"version\s+(?:\S+GB\s+)?(\d+\.\d+\S*)", out.stdout + out.stderr)
-    return match.group(1) if match else "unknown"
+    return binary_version([weed, "version"], r"version\s+(?:\S+GB\s+)?(\d+\.\d+\S*)")
 
 
 def choose_s3_ports(previous: dict[str, int] | None, exclude: set[int]) -> dict[str, int]:
