@@ -1,0 +1,1 @@
+"""Test kits shipped with bergstream for plugin authors (backend conformance suites)."""
