@@ -13,6 +13,7 @@ from prometheus_client import Counter, Gauge
 __all__ = [
     "CACHE_REQUESTS",
     "INDEX_LAG",
+    "ISK_KAFKA_READ_BYTES",
     "ISK_LOAD_TABLES",
     "ISK_SYNTHESIZED_BYTES",
     "KSI_COLD_FETCHES",
@@ -51,6 +52,11 @@ ISK_SYNTHESIZED_BYTES = Counter(
     "bergstream_isk_synthesized_bytes",
     "Bytes of files ISK synthesized (kind: data, manifest, manifest_list, metadata)",
     ["cluster", "kind"],
+)
+ISK_KAFKA_READ_BYTES = Counter(
+    "bergstream_isk_kafka_read_bytes",
+    "Record batch bytes ISK read from Kafka (purpose: index, serve)",
+    ["cluster", "purpose"],
 )
 CACHE_REQUESTS = Counter(
     "bergstream_cache_requests",
