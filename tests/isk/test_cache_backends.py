@@ -1,4 +1,5 @@
-"""Cache backends: the shared contract for each backend, then what is specific to ``local``."""
+"""The ``local`` cache backend: the conformance suite (:mod:`bergstream.core.testing.backends`),
+then what is specific to it. The network caches are tested in tests/backends."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from pydantic import ValidationError
 
 from bergstream.core.backends import ServiceContext
 from bergstream.core.plugins import load_registry
+from bergstream.core.testing.backends import CACHE_CHECKS, CacheCase, check_id
 from bergstream.plugins.cache_backends import plugin
 from bergstream.plugins.cache_backends.local_disk import CacheKeyError, LocalDiskCache
-from tests.isk.backend_contract import CACHE_CONTRACT, CacheCase
 
 
 def _corrupt_local(location: Path, key: str) -> None:
@@ -31,7 +32,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
-@pytest.mark.parametrize("check", CACHE_CONTRACT, ids=lambda check: check.__name__)
+@pytest.mark.parametrize("check", CACHE_CHECKS, ids=check_id)
 def test_cache_contract(
     case: CacheCase, check: Callable[[CacheCase, Path], None], tmp_path: Path
 ) -> None:

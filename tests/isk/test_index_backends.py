@@ -1,4 +1,5 @@
-"""Index backends: the shared contract for each backend, then what is specific to ``sqlite``."""
+"""The ``sqlite`` index backend: the conformance suite (:mod:`bergstream.core.testing.backends`),
+then what is specific to it. The ``rocksdb`` backend is tested in tests/backends."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pydantic import ValidationError
 
 from bergstream.core.backends import ChunkEntry, ServiceContext
 from bergstream.core.plugins import load_registry
+from bergstream.core.testing.backends import INDEX_CHECKS, IndexCase, check_id, chunk
 from bergstream.plugins.index_backends import plugin
 from bergstream.plugins.index_backends.sqlite_index import (
     IndexClosedError,
@@ -23,13 +25,12 @@ from bergstream.plugins.index_backends.sqlite_index import (
     decode_bounds,
     encode_bounds,
 )
-from tests.isk.backend_contract import INDEX_CONTRACT, IndexCase, chunk
 
 CASES = [IndexCase("sqlite", lambda location: SqliteIndex(location / "index.sqlite"))]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
-@pytest.mark.parametrize("check", INDEX_CONTRACT, ids=lambda check: check.__name__)
+@pytest.mark.parametrize("check", INDEX_CHECKS, ids=check_id)
 def test_index_contract(
     case: IndexCase, check: Callable[[IndexCase, Path], None], tmp_path: Path
 ) -> None:

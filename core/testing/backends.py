@@ -1,0 +1,554 @@
+"""Conformance suite for cache and index backends, for built-in and third-party plugins alike.
+
+A backend takes part through a *case*: how to open it on a location (a fresh, empty directory;
+a backend that keeps no files there, such as a network cache, derives a key prefix from it) and,
+for caches, how to corrupt a stored entry behind the backend's back. Every check opens the
+backend itself, exercises one rule of the hook contract and closes it; a broken rule raises
+:class:`ConformanceError` (an ``AssertionError``, so pytest reports it as a failed test).
+
+From a third party's own pytest, either parametrise over the checks::
+
+    import pytest
+    from bergstream.core.testing.backends import CACHE_CHECKS, CacheCase, check_id
+
+    CASE = CacheCase("mine", open=lambda location: MyCache(location), corrupt=my_corrupt)
+
+    @pytest.mark.parametrize("check", CACHE_CHECKS, ids=check_id)
+    def test_conformance(check, tmp_path):
+        check(CASE, tmp_path / "cache")
+
+or inherit the ready-made test class and provide the case as a fixture::
+
+    from bergstream.core.testing.backends import CacheConformance
+
+    class TestMyCache(CacheConformance):
+        @pytest.fixture
+        def cache_case(self):
+            return CASE
+
+or run everything at once with :func:`run_cache_conformance` / :func:`run_index_conformance`.
+Importing this module does not import pytest.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bergstream.core.backends import CacheBackend, ChunkEntry, IndexBackend
+
+__all__ = [
+    "CACHE_CHECKS",
+    "INDEX_CHECKS",
+    "CacheCase",
+    "CacheCheck",
+    "CacheConformance",
+    "ConformanceError",
+    "IndexCase",
+    "IndexCheck",
+    "IndexConformance",
+    "check_id",
+    "chunk",
+    "run_cache_conformance",
+    "run_index_conformance",
+]
+
+
+class ConformanceError(AssertionError):
+    """A backend broke a rule of the hook contract; the message names the rule."""
+
+
+def _expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConformanceError(message)
+
+
+def _show(value: bytes | None, limit: int = 40) -> str:
+    if value is None:
+        return "None"
+    shown = repr(value[:limit])
+    return f"{shown}{'...' if len(value) > limit else ''} ({len(value)} bytes)"
+
+
+@dataclass(frozen=True)
+class CacheCase:
+    """How the suite opens a cache backend and corrupts one of its entries.
+
+    ``open(location)`` returns a new backend instance on ``location``; two calls with the same
+    location must reach the same stored entries (a restart, or a second gateway sharing the
+    cache). ``corrupt(location, key)`` changes the stored bytes of ``key`` without going through
+    the backend (flip a byte of the file, overwrite the object in S3, ...).
+    """
+
+    name: str
+    open: Callable[[Path], CacheBackend]
+    corrupt: Callable[[Path, str], None]
+
+
+@dataclass(frozen=True)
+class IndexCase:
+    """How the suite opens an index backend: ``open(location)`` returns a new instance on the
+    given directory; a second call after ``close`` must see what the first stored."""
+
+    name: str
+    open: Callable[[Path], IndexBackend]
+
+
+#: A cache check: ``check(case, location)``.
+CacheCheck = Callable[[CacheCase, Path], None]
+#: An index check: ``check(case, location)``.
+IndexCheck = Callable[[IndexCase, Path], None]
+
+
+def check_id(check: Callable[..., Any]) -> str:
+    """The name of a check, for ``pytest.mark.parametrize(..., ids=check_id)``."""
+    return check.__name__
+
+
+def _run_threads(targets: Sequence[Callable[[], None]]) -> list[BaseException]:
+    errors: list[BaseException] = []
+
+    def guarded(target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as error:
+            errors.append(error)
+
+    workers = [threading.Thread(target=guarded, args=(target,)) for target in targets]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return errors
+
+
+# --------------------------------------------------------------------------- caches
+
+
+def cache_round_trip(case: CacheCase, location: Path) -> None:
+    """Stored bytes come back equal: empty, every byte value, 1 MiB, keys with many segments."""
+    cache = case.open(location)
+    try:
+        values = {
+            "hotset/t/p0/0-100.parquet": b"PAR1 data",
+            "empty": b"",
+            "all/bytes": bytes(range(256)) * 4,
+            "big/one": bytes(range(251)) * ((1 << 20) // 251 + 1),
+            "a/b/c/d/e/f/metadata/00001-snap.metadata.json": b'{"format-version": 2}',
+        }
+        for key, value in values.items():
+            cache.put(key, value)
+        for key, value in values.items():
+            got = cache.get(key)
+            _expect(got == value, f"get({key!r}) returned {_show(got)}, put {_show(value)}")
+    finally:
+        cache.close()
+
+
+def cache_missing_key(case: CacheCase, location: Path) -> None:
+    """An absent key is a miss; deleting it is harmless; a deleted key is a miss."""
+    cache = case.open(location)
+    try:
+        _expect(cache.get("never/stored") is None, "get of a key never stored is not None")
+        cache.delete("never/stored")
+        cache.put("a", b"1")
+        _expect(cache.get("a/b") is None, "get('a/b') is not None after put('a') only")
+        cache.delete("a")
+        _expect(cache.get("a") is None, "get('a') is not None after delete('a')")
+    finally:
+        cache.close()
+
+
+def cache_overwrite(case: CacheCase, location: Path) -> None:
+    """A second put of a key replaces the first, longer or shorter."""
+    cache = case.open(location)
+    try:
+        cache.put("k", b"first")
+        cache.put("k", b"second, longer")
+        got = cache.get("k")
+        _expect(got == b"second, longer", f"after two puts get('k') returned {_show(got)}")
+        cache.put("k", b"3")
+        got = cache.get("k")
+        _expect(got == b"3", f"after a shorter put get('k') returned {_show(got)}")
+    finally:
+        cache.close()
+
+
+def cache_keys_are_distinct(case: CacheCase, location: Path) -> None:
+    """Keys that share prefixes or differ only in case are separate entries."""
+    cache = case.open(location)
+    keys = ["p", "p/q", "p/q/r", "pq", "P", "p/Q", "p-q", "p.q"]
+    try:
+        for key in keys:
+            cache.put(key, key.encode())
+        for key in keys:
+            got = cache.get(key)
+            _expect(got == key.encode(), f"get({key!r}) returned {_show(got)}")
+    finally:
+        cache.close()
+
+
+def cache_corruption_is_a_miss(case: CacheCase, location: Path) -> None:
+    """A corrupt entry is never served: a miss, and it stays a miss until put again."""
+    cache = case.open(location)
+    try:
+        cache.put("k", b"x" * 1000)
+        cache.put("other", b"y" * 1000)
+        case.corrupt(location, "k")
+        got = cache.get("k")
+        _expect(got is None, f"a corrupted entry was served: {_show(got)}")
+        _expect(cache.get("k") is None, "a corrupted entry was served on the second get")
+        got = cache.get("other")
+        _expect(got == b"y" * 1000, f"an intact entry next to a corrupt one: {_show(got)}")
+        cache.put("k", b"fresh")
+        got = cache.get("k")
+        _expect(got == b"fresh", f"put after corruption, then get returned {_show(got)}")
+    finally:
+        cache.close()
+
+
+def cache_concurrent_writers(case: CacheCase, location: Path, threads: int = 8) -> None:
+    """Writers of one key racing readers: every read is a miss or one writer's whole bytes."""
+    cache = case.open(location)
+    payloads = [bytes([i]) * (50_000 + i) for i in range(threads)]
+    seen: list[bytes | None] = []
+
+    def writer(payload: bytes) -> Callable[[], None]:
+        def write() -> None:
+            for _ in range(10):
+                cache.put("same/key", payload)
+                seen.append(cache.get("same/key"))
+
+        return write
+
+    try:
+        errors = _run_threads([writer(p) for p in payloads])
+        _expect(not errors, f"concurrent put/get raised: {errors!r}")
+        torn = [value for value in seen if value is not None and value not in payloads]
+        if torn:
+            raise ConformanceError(
+                f"{len(torn)} reads returned bytes no writer put, e.g. {_show(torn[0])}"
+            )
+        final = cache.get("same/key")
+        _expect(final in payloads, f"after the race get returned {_show(final)}")
+    finally:
+        cache.close()
+
+
+def cache_shared_between_instances(case: CacheCase, location: Path) -> None:
+    """Two instances on one location (two gateways sharing a cache) see each other's entries
+    and may write the same key at once."""
+    first, second = case.open(location), case.open(location)
+    try:
+        first.put("shared/a", b"from the first")
+        got = second.get("shared/a")
+        _expect(got == b"from the first", f"the second instance read {_show(got)}")
+        payloads = [b"1" * 30_000, b"2" * 40_000]
+
+        def writer(instance: CacheBackend, payload: bytes) -> Callable[[], None]:
+            def write() -> None:
+                for _ in range(10):
+                    instance.put("shared/b", payload)
+
+            return write
+
+        errors = _run_threads([writer(first, payloads[0]), writer(second, payloads[1])])
+        _expect(not errors, f"two instances writing one key raised: {errors!r}")
+        for instance in (first, second):
+            got = instance.get("shared/b")
+            _expect(got in payloads, f"after two instances raced, get returned {_show(got)}")
+    finally:
+        first.close()
+        second.close()
+
+
+def cache_survives_restart(case: CacheCase, location: Path) -> None:
+    """Entries put before close are served by a new instance on the same location."""
+    first = case.open(location)
+    first.put("a/b", b"persisted")
+    first.close()
+    second = case.open(location)
+    try:
+        got = second.get("a/b")
+        _expect(got == b"persisted", f"after a restart get('a/b') returned {_show(got)}")
+    finally:
+        second.close()
+
+
+#: Every cache check, in the order :func:`run_cache_conformance` runs them.
+CACHE_CHECKS: tuple[CacheCheck, ...] = (
+    cache_round_trip,
+    cache_missing_key,
+    cache_overwrite,
+    cache_keys_are_distinct,
+    cache_corruption_is_a_miss,
+    cache_concurrent_writers,
+    cache_shared_between_instances,
+    cache_survives_restart,
+)
+
+# --------------------------------------------------------------------------- indexes
+
+T0 = dt.datetime(2026, 11, 22, tzinfo=dt.UTC)
+
+
+def chunk(start: int, end: int, topic: str = "t", partition: int = 0) -> ChunkEntry:
+    """A chunk with offset and timestamp bounds, as ISK indexes them."""
+    return ChunkEntry(
+        topic=topic,
+        partition=partition,
+        start_offset=start,
+        end_offset=end,
+        row_count=end - start,
+        size_bytes=100 * (end - start),
+        bounds={
+            "kafka_offset": (start, end - 1),
+            "kafka_timestamp": (T0 + dt.timedelta(seconds=start), T0 + dt.timedelta(seconds=end)),
+        },
+    )
+
+
+def _starts(entries: Sequence[ChunkEntry]) -> list[int]:
+    return [entry.start_offset for entry in entries]
+
+
+def index_round_trip(case: IndexCase, location: Path) -> None:
+    """Entries come back equal: ints, aware datetimes, bytes, strings, None and floats in
+    bounds, offsets up to 2**62."""
+    index = case.open(location)
+    try:
+        odd = ChunkEntry(
+            topic="t",
+            partition=0,
+            start_offset=250,
+            end_offset=2**62,
+            row_count=7,
+            size_bytes=0,
+            bounds={
+                "kafka_key": (b"", b"\xff\x00"),
+                "name": ("a", None),
+                "price": (-1.5, 2.25),
+                "flag": (False, True),
+            },
+        )
+        entries = [chunk(0, 100), chunk(100, 250), odd]
+        index.put_chunks(entries)
+        got = index.chunks("t", 0)
+        _expect(got == entries, f"chunks('t', 0) returned {got!r}, put {entries!r}")
+    finally:
+        index.close()
+
+
+def index_missing(case: IndexCase, location: Path) -> None:
+    """Unknown topics and partitions have no chunks; an empty put is harmless."""
+    index = case.open(location)
+    try:
+        _expect(index.chunks("t", 0) == [], "a new index has chunks")
+        index.put_chunks([])
+        index.put_chunks([chunk(0, 10)])
+        _expect(index.chunks("other", 0) == [], "an unknown topic has chunks")
+        _expect(index.chunks("t", 1) == [], "an unknown partition has chunks")
+    finally:
+        index.close()
+
+
+def index_overwrite(case: IndexCase, location: Path) -> None:
+    """A chunk with the same (topic, partition, start_offset) replaces the old one."""
+    index = case.open(location)
+    try:
+        index.put_chunks([chunk(0, 10)])
+        index.put_chunks([chunk(0, 20)])
+        got = index.chunks("t", 0)
+        _expect(got == [chunk(0, 20)], f"after replacing [0, 10) by [0, 20): {got!r}")
+        index.put_chunks([chunk(0, 5), chunk(5, 20)])
+        got = index.chunks("t", 0, 6, 7)
+        _expect(_starts(got) == [5], f"after shrinking, chunks overlapping [6, 7): {got!r}")
+    finally:
+        index.close()
+
+
+def index_range_queries(case: IndexCase, location: Path) -> None:
+    """``chunks`` returns those overlapping ``[start, end)``, in offset order."""
+    index = case.open(location)
+    try:
+        index.put_chunks([chunk(200, 300), chunk(0, 100), chunk(100, 200), chunk(0, 50, "u")])
+        index.put_chunks([chunk(0, 100, partition=1)])
+        cases: list[tuple[int, int | None, list[int]]] = [
+            (0, None, [0, 100, 200]),
+            (100, 200, [100]),
+            (99, 101, [0, 100]),
+            (150, None, [100, 200]),
+            (300, None, []),
+            (0, 0, []),
+            (299, 1000, [200]),
+            (0, 1, [0]),
+        ]
+        for start, end, expected in cases:
+            got = _starts(index.chunks("t", 0, start, end))
+            _expect(got == expected, f"chunks('t', 0, {start}, {end}) starts {got}, not {expected}")
+        got_partitions = [e.partition for e in index.chunks("t", 1)]
+        _expect(got_partitions == [1], f"partition 1 holds {got_partitions}")
+        # A long chunk starting well before the range still overlaps it.
+        index.put_chunks([chunk(1000, 5000), chunk(5000, 5001)])
+        got = _starts(index.chunks("t", 0, 4000, 4001))
+        _expect(got == [1000], f"a long chunk [1000, 5000) not found for [4000, 4001): {got}")
+    finally:
+        index.close()
+
+
+def index_topics_are_distinct(case: IndexCase, location: Path) -> None:
+    """Topics whose names are prefixes of each other, and many partitions, never mix."""
+    index = case.open(location)
+    topics = ["t", "t2", "t.2", "tt", "t-", "日本"]
+    try:
+        for n, topic in enumerate(topics):
+            index.put_chunks([chunk(0, 10 + n, topic, p) for p in (0, 1, 255, 256, 70000)])
+        for n, topic in enumerate(topics):
+            for partition in (0, 1, 255, 256, 70000):
+                got = index.chunks(topic, partition)
+                expected = [chunk(0, 10 + n, topic, partition)]
+                _expect(got == expected, f"chunks({topic!r}, {partition}) returned {got!r}")
+        _expect(index.chunks("t", 2) == [], "partition 2 of 't' has chunks")
+    finally:
+        index.close()
+
+
+def index_concurrent_writer_and_readers(case: IndexCase, location: Path) -> None:
+    """One writer and several readers at once: readers see whole prefixes, never errors."""
+    index = case.open(location)
+    done = threading.Event()
+
+    def write() -> None:
+        try:
+            for i in range(100):
+                index.put_chunks([chunk(i * 20, i * 20 + 10), chunk(i * 20 + 10, i * 20 + 20)])
+        finally:
+            done.set()
+
+    def read() -> None:
+        while not done.is_set():
+            found = _starts(index.chunks("t", 0))
+            _expect(
+                found == list(range(0, len(found) * 10, 10)) and len(found) % 2 == 0,
+                f"a reader saw a partial or unordered state: {found}",
+            )
+
+    try:
+        errors = _run_threads([write, read, read, read])
+        _expect(not errors, f"concurrent put_chunks/chunks raised: {errors!r}")
+        count = len(index.chunks("t", 0))
+        _expect(count == 200, f"after the writer finished the index holds {count} chunks")
+    finally:
+        index.close()
+
+
+def index_survives_restart(case: IndexCase, location: Path) -> None:
+    """Chunks put before close are found by a new instance on the same location, which can
+    add more."""
+    first = case.open(location)
+    first.put_chunks([chunk(0, 10), chunk(10, 20)])
+    first.close()
+    second = case.open(location)
+    try:
+        got = second.chunks("t", 0, 5, 15)
+        _expect(got == [chunk(0, 10), chunk(10, 20)], f"after a restart: {got!r}")
+        second.put_chunks([chunk(20, 30)])
+    finally:
+        second.close()
+    third = case.open(location)
+    try:
+        got_starts = _starts(third.chunks("t", 0))
+        _expect(got_starts == [0, 10, 20], f"after a second restart: {got_starts}")
+    finally:
+        third.close()
+
+
+#: Every index check, in the order :func:`run_index_conformance` runs them.
+INDEX_CHECKS: tuple[IndexCheck, ...] = (
+    index_round_trip,
+    index_missing,
+    index_overwrite,
+    index_range_queries,
+    index_topics_are_distinct,
+    index_concurrent_writer_and_readers,
+    index_survives_restart,
+)
+
+# --------------------------------------------------------------------------- runners
+
+
+def _run_all(checks: Sequence[Callable[[Any, Path], None]], case: Any, workdir: Path) -> None:
+    failures = []
+    for check in checks:
+        location = Path(workdir) / check.__name__
+        try:
+            check(case, location)
+        except Exception as error:
+            failures.append(f"{check.__name__}: {type(error).__name__}: {error}")
+    if failures:
+        raise ConformanceError(
+            f"backend {case.name!r} fails {len(failures)} of {len(checks)} checks:\n  "
+            + "\n  ".join(failures)
+        )
+
+
+def run_cache_conformance(case: CacheCase, workdir: Path) -> None:
+    """Run every cache check, each on its own location under ``workdir``; raise one
+    :class:`ConformanceError` listing every failed check."""
+    _run_all(CACHE_CHECKS, case, workdir)
+
+
+def run_index_conformance(case: IndexCase, workdir: Path) -> None:
+    """Run every index check, each on its own location under ``workdir``; raise one
+    :class:`ConformanceError` listing every failed check."""
+    _run_all(INDEX_CHECKS, case, workdir)
+
+
+# --------------------------------------------------------------------------- pytest classes
+
+
+def _cache_test(check: CacheCheck) -> Callable[[Any, CacheCase, Path], None]:
+    def test(self: Any, cache_case: CacheCase, tmp_path: Path) -> None:
+        check(cache_case, tmp_path / "cache")
+
+    test.__name__ = f"test_{check.__name__}"
+    test.__doc__ = check.__doc__
+    return test
+
+
+def _index_test(check: IndexCheck) -> Callable[[Any, IndexCase, Path], None]:
+    def test(self: Any, index_case: IndexCase, tmp_path: Path) -> None:
+        check(index_case, tmp_path / "index")
+
+    test.__name__ = f"test_{check.__name__}"
+    test.__doc__ = check.__doc__
+    return test
+
+
+#: Base class of a pytest test class running every cache check: subclass it (name it
+#: ``Test...``) and define a ``cache_case`` fixture returning your :class:`CacheCase`.
+CacheConformance: type = type(
+    "CacheConformance",
+    (),
+    {
+        "__doc__": "pytest mix-in: one test per cache check; needs a ``cache_case`` fixture.",
+        "__module__": __name__,
+        **{f"test_{check.__name__}": _cache_test(check) for check in CACHE_CHECKS},
+    },
+)
+
+#: Base class of a pytest test class running every index check: subclass it (name it
+#: ``Test...``) and define an ``index_case`` fixture returning your :class:`IndexCase`.
+IndexConformance: type = type(
+    "IndexConformance",
+    (),
+    {
+        "__doc__": "pytest mix-in: one test per index check; needs an ``index_case`` fixture.",
+        "__module__": __name__,
+        **{f"test_{check.__name__}": _index_test(check) for check in INDEX_CHECKS},
+    },
+)
