@@ -1,4 +1,5 @@
-"""Registers the ``sqlite`` index backend through the ``bergstream`` entry-point group."""
+"""Registers the ``sqlite`` and ``rocksdb`` index backends through the ``bergstream``
+entry-point group."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bergstream.core.backends import ServiceContext
 from bergstream.core.hookspecs import hookimpl
 from bergstream.core.registrations import IndexBackendRegistration
+from bergstream.plugins.index_backends.rocksdb_index import RocksIndex
 from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
 
 
@@ -31,14 +33,39 @@ def create_sqlite_index(config: SqliteIndexConfig, context: ServiceContext) -> S
     return SqliteIndex(path, busy_timeout_seconds=config.busy_timeout_seconds)
 
 
+class RocksIndexConfig(BaseModel):
+    """Settings of the ``rocksdb`` index backend (``indexes[].config``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: Path | None = Field(
+        None, description="the RocksDB directory (default $BERGSTREAM_HOME/isk/index.rocksdb)"
+    )
+    sync_writes: bool = Field(
+        False, description="fsync the write-ahead log on every write (survives power loss)"
+    )
+
+
+def create_rocksdb_index(config: RocksIndexConfig, context: ServiceContext) -> RocksIndex:
+    """Open the index at ``config.path``, or under the home directory by default."""
+    path = config.path or context.home / "isk" / "index.rocksdb"
+    return RocksIndex(path, sync_writes=config.sync_writes)
+
+
 @hookimpl
 def register_index_backends() -> list[IndexBackendRegistration]:
-    """Register the ``sqlite`` index backend."""
+    """Register the ``sqlite`` and ``rocksdb`` index backends."""
     return [
         IndexBackendRegistration(
             name="sqlite",
             factory=create_sqlite_index,
             config_model=SqliteIndexConfig,
             description="ISK chunk index in one SQLite file (WAL: one writer, many readers)",
-        )
+        ),
+        IndexBackendRegistration(
+            name="rocksdb",
+            factory=create_rocksdb_index,
+            config_model=RocksIndexConfig,
+            description="ISK chunk index in a RocksDB directory (ordered keys, one process)",
+        ),
     ]

@@ -18,7 +18,14 @@ from typing import Any
 
 from bergstream.core.backends import ChunkEntry
 
-__all__ = ["IndexClosedError", "IndexEntryError", "SqliteIndex", "decode_bounds", "encode_bounds"]
+__all__ = [
+    "IndexClosedError",
+    "IndexEntryError",
+    "SqliteIndex",
+    "check_entry",
+    "decode_bounds",
+    "encode_bounds",
+]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chunks (
@@ -93,7 +100,8 @@ def decode_bounds(text: str) -> dict[str, tuple[Any, Any]]:
     }
 
 
-def _row(entry: ChunkEntry) -> tuple[Any, ...]:
+def check_entry(entry: ChunkEntry) -> None:
+    """Raise :class:`IndexEntryError` unless ``entry`` has sane offsets, counts and sizes."""
     if entry.partition < 0 or entry.start_offset < 0 or entry.end_offset < entry.start_offset:
         raise IndexEntryError(
             f"chunk {entry.topic}/{entry.partition} [{entry.start_offset}, {entry.end_offset}) "
@@ -104,6 +112,10 @@ def _row(entry: ChunkEntry) -> tuple[Any, ...]:
             f"chunk {entry.topic}/{entry.partition}@{entry.start_offset}: row_count and "
             "size_bytes must be >= 0"
         )
+
+
+def _row(entry: ChunkEntry) -> tuple[Any, ...]:
+    check_entry(entry)
     return (
         entry.topic,
         entry.partition,

@@ -1,0 +1,228 @@
+"""The ``rocksdb`` index backend: ISK's chunk index in a RocksDB directory (``rocksdict``).
+
+Keys are ordered so a range query is one bounded scan (all integers big-endian)::
+
+    c | topic length (u16) | topic (UTF-8) | partition (u32) | start_offset (u64)  -> chunk
+    s | topic length (u16) | topic (UTF-8) | partition (u32)                       -> max span
+
+A chunk's value is ``end_offset, row_count, size_bytes`` (u64 each) then its bounds as JSON
+(the ``sqlite`` backend's encoding). The length prefix keeps topics that are prefixes of each
+other apart. The *span* is the longest ``end - start`` ever put in a partition: a chunk that
+starts before a query's start can only overlap it if it starts less than a span before, so
+``chunks(start, end)`` scans keys from ``start - span`` to ``end`` and nothing else.
+
+Writes are one atomic ``WriteBatch`` per :meth:`RocksIndex.put_chunks` (a writer lock keeps the
+span read-modify-write whole); reads take a snapshot, so readers in other threads always see
+whole batches. RocksDB admits one process per directory (its ``LOCK`` file): a second process
+gets :class:`IndexLockedError`. Every iterator and snapshot is released before a call returns,
+because an open iterator keeps the database (and its lock) alive after ``close``. The write-ahead
+log makes every completed ``put_chunks`` survive a killed process; ``sync_writes`` makes it
+survive a power failure too.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+
+from bergstream.core.backends import ChunkEntry
+from bergstream.plugins.index_backends.sqlite_index import (
+    IndexClosedError,
+    IndexEntryError,
+    check_entry,
+    decode_bounds,
+    encode_bounds,
+)
+
+__all__ = ["IndexLockedError", "RocksIndex"]
+
+_CHUNK = b"c"
+_SPAN = b"s"
+_FORMAT_KEY = b"\x00bergstream-index-format"
+_FORMAT = b"1"
+_VALUE = struct.Struct(">QQQ")
+_U64 = struct.Struct(">Q")
+_MAX_TOPIC = 0xFFFF
+_MAX_PARTITION = 0xFFFFFFFF
+
+
+class IndexLockedError(RuntimeError):
+    """The RocksDB directory is open in another process (RocksDB admits one per directory)."""
+
+
+def _partition_key(kind: bytes, topic: str, partition: int) -> bytes:
+    name = topic.encode()
+    if len(name) > _MAX_TOPIC or not 0 <= partition <= _MAX_PARTITION:
+        raise IndexEntryError(f"topic {topic[:40]!r} or partition {partition} out of range")
+    return kind + struct.pack(">H", len(name)) + name + struct.pack(">I", partition)
+
+
+def _encode(entry: ChunkEntry) -> bytes:
+    check_entry(entry)
+    if entry.end_offset >= 2**64 or entry.row_count >= 2**64 or entry.size_bytes >= 2**64:
+        raise IndexEntryError(f"chunk {entry.topic}/{entry.partition}: a value exceeds 2**64")
+    packed = _VALUE.pack(entry.end_offset, entry.row_count, entry.size_bytes)
+    return packed + encode_bounds(entry.bounds).encode()
+
+
+def _decode(topic: str, partition: int, key: bytes, value: bytes) -> ChunkEntry:
+    (start,) = _U64.unpack_from(key, len(key) - _U64.size)
+    end, rows, size = _VALUE.unpack_from(value)
+    return ChunkEntry(
+        topic=topic,
+        partition=partition,
+        start_offset=start,
+        end_offset=end,
+        row_count=rows,
+        size_bytes=size,
+        bounds=decode_bounds(value[_VALUE.size :].decode()),
+    )
+
+
+def _snapshot_get(snapshot: Any, key: bytes) -> bytes | None:
+    """The value of ``key`` in ``snapshot``, None if absent (``Snapshot[key]`` raises a bare
+    ``Exception`` then, which cannot be told from other errors)."""
+    iterator = snapshot.iter(ReadOptions())
+    try:
+        iterator.seek(key)
+        if iterator.valid() and iterator.key() == key:
+            return iterator.value()
+        return None
+    finally:
+        del iterator
+
+
+class RocksIndex:
+    """An :class:`~bergstream.core.backends.IndexBackend` in one RocksDB directory."""
+
+    def __init__(self, path: Path, sync_writes: bool = False) -> None:
+        """Open (creating it if needed) the index directory ``path``; raise
+        :class:`IndexLockedError` if another process has it open."""
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        try:
+            self._db = Rdict(str(self.path), options, access_type=AccessType.read_write())
+        except Exception as error:
+            if "lock" in str(error).lower():
+                raise IndexLockedError(
+                    f"the rocksdb index {self.path} is open elsewhere (another process, or an "
+                    "instance in this one not closed yet; RocksDB admits one per directory): "
+                    "stop it, or give this gateway its own index.config.path"
+                ) from error
+            raise
+        try:
+            self._check_format(sync_writes)
+        except BaseException:
+            self._db.close()
+            raise
+        self._write_lock = threading.Lock()
+        self._state = threading.Condition()
+        self._active = 0
+        self._closed = False
+
+    def _check_format(self, sync_writes: bool) -> None:
+        self._write_options = WriteOptions()
+        self._write_options.sync = sync_writes
+        stored = self._db.get(_FORMAT_KEY)
+        if stored is None:
+            self._db.put(_FORMAT_KEY, _FORMAT, self._write_options)
+        elif stored != _FORMAT:
+            raise IndexEntryError(
+                f"the rocksdb index {self.path} has format {stored!r}, this version reads "
+                f"{_FORMAT!r}: remove the directory, the gateway rebuilds it from Kafka"
+            )
+
+    def _enter(self) -> None:
+        with self._state:
+            if self._closed:
+                raise IndexClosedError(f"the index {self.path} is closed")
+            self._active += 1
+
+    def _leave(self) -> None:
+        with self._state:
+            self._active -= 1
+            self._state.notify_all()
+
+    def put_chunks(self, entries: Sequence[ChunkEntry]) -> None:
+        """Insert or replace chunks (keyed by topic, partition, start_offset) in one batch."""
+        encoded = [(entry, _encode(entry)) for entry in entries]
+        if not encoded:
+            return
+        self._enter()
+        try:
+            with self._write_lock:
+                batch = WriteBatch(raw_mode=True)
+                spans: dict[bytes, int] = {}
+                for entry, value in encoded:
+                    prefix = _partition_key(_CHUNK, entry.topic, entry.partition)
+                    batch.put(prefix + _U64.pack(entry.start_offset), value)
+                    span_key = _partition_key(_SPAN, entry.topic, entry.partition)
+                    if span_key not in spans:
+                        stored = self._db.get(span_key)
+                        spans[span_key] = _U64.unpack(stored)[0] if stored else 0
+                    spans[span_key] = max(spans[span_key], entry.end_offset - entry.start_offset)
+                for span_key, span in spans.items():
+                    batch.put(span_key, _U64.pack(span))
+                self._db.write(batch, self._write_options)
+        finally:
+            self._leave()
+
+    def chunks(
+        self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None
+    ) -> list[ChunkEntry]:
+        """Chunks overlapping ``[start_offset, end_offset)`` in offset order."""
+        if end_offset is not None and end_offset <= start_offset:
+            return []
+        prefix = _partition_key(_CHUNK, topic, partition)
+        self._enter()
+        try:
+            snapshot = self._db.snapshot()
+            try:
+                stored_span = _snapshot_get(snapshot, _partition_key(_SPAN, topic, partition))
+                if stored_span is None:
+                    return []
+                (span,) = _U64.unpack(stored_span)
+                lower = max(0, start_offset - span + 1) if span else start_offset + 1
+                options = ReadOptions()
+                if end_offset is None:
+                    options.set_iterate_upper_bound(prefix + b"\xff" * 9)
+                else:
+                    options.set_iterate_upper_bound(prefix + _U64.pack(min(end_offset, 2**64 - 1)))
+                iterator = snapshot.iter(options)
+                try:
+                    found = []
+                    iterator.seek(prefix + _U64.pack(lower))
+                    while iterator.valid():
+                        entry = _decode(topic, partition, iterator.key(), iterator.value())
+                        if entry.end_offset > start_offset:
+                            found.append(entry)
+                        iterator.next()
+                    return found
+                finally:
+                    del iterator
+            finally:
+                del snapshot
+        finally:
+            self._leave()
+
+    def close(self) -> None:
+        """Wait for calls in progress, then flush and close the database (releasing its lock);
+        later calls raise :class:`IndexClosedError`."""
+        with self._state:
+            if self._closed:
+                return
+            self._closed = True
+            while self._active:
+                self._state.wait()
+        self._db.close()
+
+    def __repr__(self) -> str:
+        """``RocksIndex(path)``."""
+        return f"RocksIndex({str(self.path)!r})"
