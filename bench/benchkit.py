@@ -5,8 +5,12 @@ Benchmarks run as scripts (`python bench/NAME.py`), so this module is imported f
 
 from __future__ import annotations
 
+import io
 import re
+import statistics
 import subprocess
+import time
+from collections.abc import Callable
 
 from bergstream.core.stack import kafka_tool_command
 
@@ -63,3 +67,52 @@ def perf_produce(bootstrap: str, topic: str, records: int, size: int, *props: st
     if found is None:
         raise RuntimeError(f"producer-perf-test printed no MB/sec:\n{out}")
     return float(found.group(1))
+
+
+def timed(function: Callable[[], object]) -> tuple[float, float]:
+    """Call ``function`` once; return its (wall, CPU) seconds, CPU counting every thread of
+    this process."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    function()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def synthesis_vs_write_table(
+    records: bytes, partition: int, repeat: int = 3, compression: str = "zstd"
+) -> dict[str, float]:
+    """ISK's synthesis (:func:`synthesize_data_file`: Kafka record batches -> Arrow -> Parquet
+    with Iceberg stats) of one partition's ``records`` against a plain ``pq.write_table`` of the
+    same rows (already decoded), same compression, each the median of ``repeat`` runs.
+
+    MB count the record batch bytes given to synthesis; ``*_cpu_mb_s`` divide by the process's
+    CPU seconds instead of wall seconds, so they are per core and less sensitive to other load.
+    """
+    import pyarrow.parquet as pq
+
+    from bergstream.plugins.isk_gateway.synthesis import records_to_table, synthesize_data_file
+
+    table = records_to_table(records, partition)
+    megabytes = len(records) / 1e6
+
+    def synthesis() -> None:
+        synthesize_data_file("s3://bench/data.parquet", records, partition, compression=compression)
+
+    def write_table() -> None:
+        pq.write_table(table, io.BytesIO(), compression=compression)
+
+    runs = {name: [timed(f) for _ in range(repeat)] for name, f in (
+        ("synthesis", synthesis), ("write_table", write_table)
+    )}  # fmt: skip
+    wall = {name: statistics.median(w for w, _ in times) for name, times in runs.items()}
+    cpu = {name: statistics.median(c for _, c in times) for name, times in runs.items()}
+    return {
+        "rows": table.num_rows,
+        "input_mb": round(megabytes, 1),
+        "synthesis_s": round(wall["synthesis"], 3),
+        "synthesis_mb_s": round(megabytes / wall["synthesis"], 1),
+        "synthesis_cpu_mb_s": round(megabytes / max(cpu["synthesis"], 1e-9), 1),
+        "write_table_s": round(wall["write_table"], 3),
+        "write_table_mb_s": round(megabytes / wall["write_table"], 1),
+        "write_table_cpu_mb_s": round(megabytes / max(cpu["write_table"], 1e-9), 1),
+        "synthesis_vs_write_table": round(wall["write_table"] / wall["synthesis"], 3),
+    }
