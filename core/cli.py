@@ -15,6 +15,7 @@ import click
 
 from bergstream.core import __version__
 from bergstream.core.config import ConfigError, load_config
+from bergstream.core.logs import LOG_FORMATS, configure_logging
 from bergstream.core.plugins import PluginError, PluginRegistry, load_registry
 
 
@@ -27,13 +28,20 @@ def _registry() -> PluginRegistry:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="bergstream")
-@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
-def cli(verbose: int) -> None:
+@click.option("-v", "--verbose", count=True, help="More log output (-v for debug).")
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    envvar="BERGSTREAM_LOG_FORMAT",
+    default=None,
+    help="Log lines as text or JSON (default: text, or `logging.format` of a run's config).",
+)
+@click.pass_context
+def cli(ctx: click.Context, verbose: int, log_format: str | None) -> None:
     """bergstream: Kafka and Apache Iceberg as one dataset."""
+    ctx.obj = {"verbose": verbose, "log_format": log_format}
     level = logging.WARNING - 10 * min(verbose + 1, 2)
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
-    )
+    configure_logging(level, "json" if log_format == "json" else "text")
 
 
 @cli.command("plugins")
@@ -103,7 +111,8 @@ def config_check(file: Path) -> None:
     type=click.Path(path_type=Path),
     help="Config file to run.",
 )
-def run_command(config_file: Path) -> None:
+@click.pass_context
+def run_command(ctx: click.Context, config_file: Path) -> None:
     """Start everything the config file configures; SIGTERM or Ctrl-C stops it cleanly."""
     from bergstream.core.runner import run_until_signalled
 
@@ -112,6 +121,13 @@ def run_command(config_file: Path) -> None:
         config = load_config(config_file, registry=registry)
     except ConfigError as error:
         raise click.ClickException(str(error)) from None
+    options = ctx.obj or {}
+    level = (
+        logging.DEBUG
+        if options.get("verbose")
+        else logging.getLevelNamesMapping()[config.logging.level.upper()]
+    )
+    configure_logging(level, options.get("log_format") or config.logging.format)
     try:
         run_until_signalled(config, registry)
     except (PluginError, OSError, ValueError, RuntimeError) as error:

@@ -7,15 +7,16 @@ file are collected before raising, so one ``bergstream config check`` shows them
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from bergstream.core.lake import LakeConfig
 from bergstream.core.models import Bootstrap, StrictModel
@@ -161,6 +162,55 @@ class VirtualClusterConfig(StrictModel):
     )
 
 
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def check_listen_host(value: str) -> str:
+    """Validate an address to listen on: an IPv4/IPv6 address or a DNS host name."""
+    text = value.strip("[]")
+    try:
+        ipaddress.ip_address(text)
+        return text
+    except ValueError:
+        pass
+    labels = text.rstrip(".").split(".")
+    if not text or len(text) > 253 or not all(_HOST_LABEL.match(label) for label in labels):
+        raise ValueError(
+            f"'{value}' is not an IP address or host name: use e.g. 127.0.0.1 (this machine "
+            "only), 0.0.0.0 (every interface) or ::1"
+        )
+    return text
+
+
+class MetricsConfig(StrictModel):
+    """The Prometheus endpoint ``bergstream run`` serves (``GET /metrics``)."""
+
+    enabled: bool = Field(True, description="serve the endpoint; false keeps the section but off")
+    host: str = Field("127.0.0.1", description="address the endpoint listens on")
+    port: int = Field(9464, ge=0, le=65535, description="port of the endpoint; 0 picks a free port")
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return check_listen_host(value)
+
+    def url(self, port: int | None = None) -> str:
+        """``http://host:port/metrics`` (with ``port`` instead of the configured one if given)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port if port is None else port}/metrics"
+
+
+class LoggingConfig(StrictModel):
+    """How ``bergstream run`` writes its log (to stderr)."""
+
+    format: Literal["text", "json"] = Field(
+        "text", description="text lines for people or JSON lines for log pipelines"
+    )
+    level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="lowest level written; -v on the command line means debug"
+    )
+
+
 class BergstreamConfig(StrictModel):
     """The whole config file."""
 
@@ -169,7 +219,21 @@ class BergstreamConfig(StrictModel):
     lake: LakeConfig | None = Field(
         None, description="the Iceberg coldset and the pipeline that fills it (see core/lake.py)"
     )
+    metrics: MetricsConfig | None = Field(
+        None, description="the Prometheus endpoint of bergstream run; none when unset"
+    )
+    logging: LoggingConfig = Field(
+        default_factory=LoggingConfig, description="log format and level of bergstream run"
+    )
     source: str = Field("<memory>", exclude=True, description="(internal) where it was loaded from")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_metrics_key(cls, data: Any) -> Any:
+        # A bare ``metrics:`` line (YAML null) means the endpoint with every default.
+        if isinstance(data, dict) and "metrics" in data and data["metrics"] is None:
+            return {**data, "metrics": {}}
+        return data
 
     @model_validator(mode="after")
     def _unique_cluster_names(self) -> BergstreamConfig:
@@ -226,7 +290,9 @@ def _construct(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> Any:
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_construct(child, (*loc, i), lines) for i, child in enumerate(node.value)]
-    return yaml.safe_load(yaml.serialize(node))
+    # The composer already resolved the scalar's tag; construct it directly (re-serializing
+    # a bare null, as in ``metrics:``, yields a document YAML cannot parse back).
+    return yaml.SafeLoader("").construct_object(node, deep=True)
 
 
 def _line_for(loc: Loc, lines: Mapping[Loc, int]) -> int | None:

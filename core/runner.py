@@ -24,10 +24,15 @@ def bergstream_home() -> Path:
 
 
 def build_services(config: BergstreamConfig, registry: PluginRegistry) -> list[Service]:
-    """One service per virtual cluster (its proxy) and per ``services:`` entry, in config order."""
+    """The metrics endpoint (when ``metrics:`` enables it, first, so it stops last), then one
+    service per virtual cluster (its proxy) and per ``services:`` entry, in config order."""
     from bergstream.core.proxy.server import ProxyServer, build_filter_factories
 
     services: list[Service] = []
+    if config.metrics is not None and config.metrics.enabled:
+        from bergstream.core.metrics_http import MetricsServer
+
+        services.append(MetricsServer(config.metrics))
     for cluster in config.virtual_clusters:
         factories = build_filter_factories(cluster, config, registry)
         services.append(ProxyServer(cluster, factories))
@@ -63,6 +68,18 @@ async def run_services(
                 log.exception("stopping %s failed", service.name)
 
 
+def ready_line(services: list[Service]) -> str:
+    """``bergstream: ready: NAME, NAME[; metrics: URL]``: what ``bergstream run`` prints on
+    stderr once every service accepts work."""
+    names = ", ".join(service.name for service in services if service.name != "metrics")
+    line = f"bergstream: ready: {names}"
+    for service in services:
+        url = getattr(service, "url", None)
+        if service.name == "metrics" and isinstance(url, str):
+            line += f"; metrics: {url}"
+    return line
+
+
 def run_until_signalled(config: BergstreamConfig, registry: PluginRegistry) -> None:
     """Run the config's services until SIGTERM or SIGINT, then stop them cleanly."""
 
@@ -74,11 +91,10 @@ def run_until_signalled(config: BergstreamConfig, registry: PluginRegistry) -> N
         services = build_services(config, registry)
         if not services:
             log.warning("%s configures no virtual cluster and no service", config.source)
-        names = ", ".join(service.name for service in services)
         await run_services(
             services,
             stop,
-            lambda: print(f"bergstream: ready: {names}", file=sys.stderr, flush=True),
+            lambda: print(ready_line(services), file=sys.stderr, flush=True),
         )
 
     asyncio.run(main())

@@ -10,6 +10,10 @@ rewritten back to the client's correlation id and its body forwarded chunk by ch
 of the received bytes, without ever being assembled. Only frames some filter asked for are
 buffered whole and decoded with kio.
 
+Counting: every client request frame and every response frame written to the client is counted
+per API key (``bergstream_proxy_requests``, ``bergstream_proxy_bytes``) through counters prebound
+per virtual cluster (:mod:`.stats`): one dict lookup and an ``inc`` or two per frame.
+
 Order: responses reach the client in request order, whatever mix of broker answers,
 short-circuits and error responses produced them (``_slots``). Backpressure: a full client
 transport pauses reading from the broker and vice versa.
@@ -58,6 +62,7 @@ from bergstream.core.proxy.internal_filters import (
     BrokerAddressRewrite,
 )
 from bergstream.core.proxy.log import ProxyLogAdapter
+from bergstream.core.proxy.stats import ClusterStats, cluster_stats
 from bergstream.core.proxy.upstream import CLIENT_ID, TargetCluster, UpstreamError
 from bergstream.core.proxy.versions import API_VERSIONS_KEY, api_name
 
@@ -100,10 +105,11 @@ def write_pieces(transport: asyncio.WriteTransport, pieces: Sequence[Buffer]) ->
 class _Slot:
     """A response the client is owed, kept in request order until it can be written."""
 
-    __slots__ = ("correlation_id", "done", "pieces")
+    __slots__ = ("api_key", "correlation_id", "done", "pieces")
 
-    def __init__(self, correlation_id: int) -> None:
+    def __init__(self, correlation_id: int, api_key: int) -> None:
         self.correlation_id = correlation_id
+        self.api_key = api_key
         self.pieces: list[Buffer] = []
         self.done = False
 
@@ -209,12 +215,15 @@ class ProxyConnection(asyncio.Protocol):
         node_id: int | None,
         filter_factories: Sequence[FilterFactory[Any]] = (),
         on_closed: Callable[[ProxyConnection], None] | None = None,
+        stats: ClusterStats | None = None,
     ) -> None:
         self.cluster = cluster
+        self.stats = stats if stats is not None else cluster_stats(cluster.name)
         self.target = target
         self.node_id = node_id
         self.connection_id = next_connection_id()
         self.client_address = "?"
+        self.client_id: str | None = None  # the Kafka client.id, once the first request came
         self.log = ProxyLogAdapter(cluster.name)
         self._factories = filter_factories
         self._on_closed = on_closed
@@ -428,12 +437,18 @@ class ProxyConnection(asyncio.Protocol):
         """Forward every complete request frame; hand the first one a filter wants to a task."""
         queue = self._req_q
         out: list[Buffer] = []
+        counters = self.stats.by_key
         try:
             while not self._req_busy and not self._closing:
                 message = take_frame(queue, self._max_frame, REQUEST_PEEK_SIZE)
                 if message is None:
                     break
                 api_key, api_version, correlation_id = peek_request(message)
+                if self.client_id is None:
+                    self._learn_client_id(message)
+                api = counters.get(api_key) or self.stats.api(api_key)
+                api.requests.inc()
+                api.request_bytes.inc(len(message) + 4)
                 if api_key in self._chain.request_keys:
                     self._req_busy = True
                     self._spawn(self._process_request(message))
@@ -447,6 +462,17 @@ class ProxyConnection(asyncio.Protocol):
         # Not busy: the queue holds at most one incomplete frame, which must be read whole.
         if not self._req_busy or len(queue) <= BACKLOG_LIMIT:
             self.resume_client("backlog")
+
+    def _learn_client_id(self, message: Buffer) -> None:
+        """Tag this connection's log lines with the client.id of its first request."""
+        try:
+            self.client_id = peek_request_header(message).client_id or ""
+        except FrameError:
+            self.client_id = ""  # the frame's own handling reports what is wrong with it
+        if self.client_id:
+            self.log = ProxyLogAdapter(self.cluster.name, self.client_address, self.client_id)
+            self._chain.log = self.log
+            self.log.debug("client.id is %r", self.client_id)
 
     def _header_for_filters(
         self, message: Buffer, api_key: int, api_version: int
@@ -479,7 +505,7 @@ class ProxyConnection(asyncio.Protocol):
         """Send a request upstream as bytes, under a new correlation id."""
         upstream_id = self._new_correlation_id()
         if api_key != PRODUCE_KEY or produce_acks(message, api_version) != 0:
-            slot = _Slot(correlation_id)
+            slot = _Slot(correlation_id, api_key)
             self._slots.append(slot)
             filters = self._chain.response_filters(api_key, api_version)
             header = None
@@ -522,7 +548,7 @@ class ProxyConnection(asyncio.Protocol):
             sent = replace(header, correlation_id=upstream_id)
             frame = _encode_request(sent, outcome.request)
             if expects_response:
-                slot = _Slot(header.correlation_id)
+                slot = _Slot(header.correlation_id, api_key)
                 self._slots.append(slot)
                 filters = self._chain.response_filters(api_key, header.request_api_version)
                 self._inflight[upstream_id] = _Pending(
@@ -533,7 +559,7 @@ class ProxyConnection(asyncio.Protocol):
             return
         if outcome.kind == "drop" or not expects_response:
             return
-        slot = _Slot(header.correlation_id)
+        slot = _Slot(header.correlation_id, api_key)
         self._slots.append(slot)
         filters = tuple(
             i
@@ -627,11 +653,13 @@ class ProxyConnection(asyncio.Protocol):
                 self._slots.remove(slot)
         else:
             try:
-                slot.pieces = [codec.encode_response(slot.correlation_id, response)]
+                frame = codec.encode_response(slot.correlation_id, response)
             except codec.CodecError as error:
                 raise CloseRequested(
                     f"a filter's response cannot be encoded: {error}", logging.ERROR
                 ) from None
+            self.stats.response(slot.api_key, len(frame))
+            slot.pieces = [frame]
             slot.done = True
         self._flush_slots()
 
@@ -645,6 +673,7 @@ class ProxyConnection(asyncio.Protocol):
         queue = self._resp_q
         out: list[Buffer] = []
         slots = self._slots
+        counters = self.stats.by_key
         try:
             while self._deferred and not self._resp_busy and not self._closing:
                 pending, views = self._deferred.popleft()
@@ -672,6 +701,9 @@ class ProxyConnection(asyncio.Protocol):
                 ):
                     # Cut through: forward the body as it arrives.
                     del self._inflight[upstream_id]
+                    api_key = pending.api_key
+                    api = counters.get(api_key) or self.stats.api(api_key)
+                    api.response_bytes.inc(length + 4)
                     queue.skip(8)
                     body = length - 4
                     views = queue.take_views(body)
@@ -727,6 +759,7 @@ class ProxyConnection(asyncio.Protocol):
         ):
             slot.pieces = [response_prefix(length, slot.correlation_id), *drop_prefix(views, 4)]
             slot.done = True
+            self.stats.response(pending.api_key, length + 4)
             self._flush_slots(out)
             return
         message = views[0] if len(views) == 1 else b"".join(views)
@@ -766,6 +799,7 @@ class ProxyConnection(asyncio.Protocol):
             elif slot is not None:
                 slot.pieces = [response_prefix(len(message), slot.correlation_id), message[4:]]
                 slot.done = True
+                self.stats.response(pending.api_key, len(message) + 4)
                 self._flush_slots()
             return
         except codec.MalformedMessage as error:

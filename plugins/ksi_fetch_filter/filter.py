@@ -3,12 +3,15 @@ Kafka above it, one response to the client."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from bergstream.core.lake import LakeConfigError, resolve_lake
+from bergstream.core.logs import component_log
+from bergstream.core.metrics import KSI_COLD_FETCHES, KSI_COLD_RECORDS
 from bergstream.core.proxy.api import (
     ErrorResponse,
     FilterContext,
@@ -52,6 +55,11 @@ class KsiSetupError(ValueError):
     """The ``ksi`` filter cannot start as configured."""
 
 
+def ksi_log(context: FilterContext) -> logging.LoggerAdapter[Any]:
+    """The connection's logger (virtual cluster, client) with its lines tagged ``ksi``."""
+    return component_log(context.log, "ksi")
+
+
 @dataclass
 class _FetchPending:
     cold: dict[TopicRef, list[ColdPartition]]
@@ -88,7 +96,9 @@ class KsiFilter(ProxyFilter):
         try:
             return await self._fetch(header, request, context)
         except Exception:
-            context.log.exception("ksi: cannot serve a Fetch request; answering a retriable error")
+            ksi_log(context).exception(
+                "ksi: cannot serve a Fetch request; answering a retriable error"
+            )
             return ErrorResponse(int(ErrorCode.kafka_storage_error), "KSI failed")
 
     async def _names(self, request: Any, version: int, context: FilterContext) -> dict[Any, str]:
@@ -124,7 +134,7 @@ class KsiFilter(ProxyFilter):
         for (topic, partition), answer in answers.items():
             ref = refs_of[topic]
             if answer.error is not None:
-                context.log.warning(
+                ksi_log(context).warning(
                     "ksi: coldset failed for %s-%d: %s", topic, partition, answer.error
                 )
                 pending.guarded.add((ref, partition))
@@ -138,6 +148,7 @@ class KsiFilter(ProxyFilter):
             answer = answers[(topic, partition)]
             assert answer.records is not None
             cold_bytes += len(answer.records)
+            self.factory.count_cold(topic, answer.record_count)
             pending.cold.setdefault(refs_of[topic], []).append(
                 ColdPartition(
                     partition=partition,
@@ -169,7 +180,7 @@ class KsiFilter(ProxyFilter):
         try:
             return await self.factory.end_offsets.get(keys, isolation_level, context.send_request)
         except Exception as error:  # the answer stays valid with the boundary as end
-            context.log.warning("ksi: cannot ask Kafka for end offsets: %s", error)
+            ksi_log(context).warning("ksi: cannot ask Kafka for end offsets: %s", error)
             return {}
 
     # ------------------------------------------------------------------ responses
@@ -205,7 +216,7 @@ class KsiFilter(ProxyFilter):
             for part in topic.partitions:
                 answer = answers.get((topic.name, part.partition_index))
                 if answer is not None and answer.error is not None:
-                    context.log.warning(
+                    ksi_log(context).warning(
                         "ksi: coldset failed for %s-%d: %s",
                         topic.name,
                         part.partition_index,
@@ -249,6 +260,18 @@ class KsiFactory(FilterFactory[KsiConfig]):
         self._store: ColdStore | None = None
         self.topic_ids = TopicIds()
         self.end_offsets = EndOffsets(config.offsets_cache_seconds)
+        self._counters: dict[str, tuple[Any, Any]] = {}
+
+    def count_cold(self, topic: str, records: int) -> None:
+        """Count one Fetch partition of ``topic`` answered from the coldset with ``records``
+        records (``bergstream_ksi_cold_fetches``, ``bergstream_ksi_cold_records``)."""
+        counters = self._counters.get(topic)
+        if counters is None:
+            labels = {"virtual_cluster": self.context.virtual_cluster, "topic": topic}
+            counters = (KSI_COLD_FETCHES.labels(**labels), KSI_COLD_RECORDS.labels(**labels))
+            self._counters[topic] = counters
+        counters[0].inc()
+        counters[1].inc(records)
 
     @property
     def store(self) -> ColdStore:

@@ -28,13 +28,14 @@ class ColdAnswer:
 
     ``records`` is None when Kafka serves the partition (forward it); ``error`` is set when the
     coldset failed, so the partition cannot be trusted to Kafka alone; ``log_start`` is the
-    first cold offset, if any.
+    first cold offset, if any; ``record_count`` is how many records ``records`` holds.
     """
 
     records: bytes | None = None
     next_offset: int | None = None
     log_start: int | None = None
     error: str | None = None
+    record_count: int = 0
 
 
 def plan_fetch(
@@ -76,6 +77,7 @@ def plan_fetch(
             records=batches.data,
             next_offset=batches.next_offset if batches.records else ask.offset,
             log_start=first,
+            record_count=batches.records,
         )
         if batches.records:
             store.done_with(read, batches.next_offset)
