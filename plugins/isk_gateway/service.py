@@ -109,8 +109,13 @@ class IskService:
             self.index = await asyncio.to_thread(
                 self._index_registration.factory, self._index_settings, self.context
             )
-            self.cache = await asyncio.to_thread(
-                self._cache_registration.factory, self._cache_settings, self.context
+            from bergstream.plugins.isk_gateway.resilient_cache import ResilientCache
+
+            self.cache = ResilientCache(
+                await asyncio.to_thread(
+                    self._cache_registration.factory, self._cache_settings, self.context
+                ),
+                name=c.cache.type,
             )
             self.provider = HotsetProvider(
                 self.reader,

@@ -1,0 +1,170 @@
+"""ISK's :class:`ResilientCache` around real backends whose server this test kills: requests keep
+being answered (misses), the outage is logged once, calls are skipped while the server is down,
+and the cache is used again once it is back. Each test starts its own Redis or SeaweedFS (own
+stack home, ports and PID) so the session's servers are never touched."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from bergstream.core.metrics import CACHE_REQUESTS
+from bergstream.plugins.cache_backends.redis_cache import RedisCache
+from bergstream.plugins.cache_backends.s3_cache import S3Cache
+from bergstream.plugins.isk_gateway.resilient_cache import ResilientCache
+from tests.backends.servers import OwnServer, S3Settings
+from tests.support import wait_until
+
+pytestmark = pytest.mark.slow
+
+LOGGER = "bergstream.isk.cache"
+
+
+def _count(name: str, result: str) -> float:
+    return CACHE_REQUESTS.labels(backend=name, result=result)._value.get()
+
+
+def _records(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == LOGGER and r.levelno == level]
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[OwnServer]:
+    server = OwnServer(tmp_path / "redis-home", "redis")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def own_s3(tmp_path: Path) -> Iterator[OwnServer]:
+    server = OwnServer(tmp_path / "s3-home", "s3")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _outage_and_recovery(
+    cache: ResilientCache,
+    server: OwnServer,
+    caplog: pytest.LogCaptureFixture,
+    survives_restart: bool,
+    writable: Callable[[], bool],
+) -> None:
+    """Use ``cache``, kill its server, keep using it, restart the server and wait until
+    ``writable()`` (a direct write to the server succeeds), then check the cache is used
+    again."""
+    name = cache.name
+    cache.put("meta/v1.metadata.json", b"{}")
+    hits = _count(name, "hit")
+    assert cache.get("meta/v1.metadata.json") == b"{}"
+    assert _count(name, "hit") == hits + 1
+    misses = _count(name, "miss")
+    assert cache.get("never/put") is None
+    assert _count(name, "miss") == misses + 1
+
+    server.stop()
+    errors = _count(name, "error")
+    started = time.monotonic()
+    for i in range(50):  # a busy gateway: every call answers at once, nothing raises
+        assert cache.get("meta/v1.metadata.json") is None
+        cache.put(f"data/{i}.parquet", b"x" * 100)
+        cache.delete("meta/v1.metadata.json")
+    assert time.monotonic() - started < 5, "calls were not skipped while the server was down"
+    assert not cache.available
+    assert _count(name, "error") == errors + 50
+    warnings = _records(caplog, logging.WARNING)
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert f"cache backend {name!r} failed" in warnings[0].getMessage()
+    failures = cache.failures
+    assert failures <= 3  # the first call, and at most a probe or two
+
+    time.sleep(cache.retry_seconds + 0.1)
+    assert cache.get("meta/v1.metadata.json") is None  # a probe, still failing: no new log
+    assert len(_records(caplog, logging.WARNING)) == 1
+
+    server.start()
+    wait_until(writable, 60)
+    wait_until(lambda: cache.get("meta/v1.metadata.json") is not None or cache.available, 30)
+    assert cache.available
+    infos = _records(caplog, logging.INFO)
+    assert len(infos) == 1 and "works again" in infos[0].getMessage()
+    expected = b"{}" if survives_restart else None
+    assert cache.get("meta/v1.metadata.json") == expected
+    cache.put("after", b"back")
+    hits = _count(name, "hit")
+    assert cache.get("after") == b"back"
+    assert _count(name, "hit") == hits + 1
+    assert len(_records(caplog, logging.WARNING)) == 1
+
+
+def test_a_killed_redis_becomes_misses_logged_once(
+    own_redis: OwnServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    assert own_redis.env is not None and own_redis.env.redis_url is not None
+    url = own_redis.env.redis_url
+    backend = RedisCache.from_url(url, prefix="t:")
+    cache = ResilientCache(backend, name=f"redis-{uuid.uuid4().hex[:6]}", retry_seconds=1.0)
+
+    def writable() -> bool:
+        probe = RedisCache.from_url(url, prefix="probe:")
+        try:
+            probe.put("k", b"v")
+            return True
+        except redis.RedisError:
+            return False
+        finally:
+            probe.close()
+
+    _outage_and_recovery(cache, own_redis, caplog, False, writable)
+    cache.close()
+
+
+def test_a_killed_s3_server_becomes_misses_logged_once(
+    own_s3: OwnServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    assert own_s3.env is not None
+    settings = S3Settings.from_env(own_s3.env.as_dict())
+    backend = S3Cache(settings.client(read_timeout=5.0), "resilience")
+    cache = ResilientCache(backend, name=f"s3-{uuid.uuid4().hex[:6]}", retry_seconds=1.0)
+
+    def writable() -> bool:
+        probe = S3Cache(settings.client(read_timeout=5.0), "resilience", prefix="probe/")
+        try:
+            probe.put("k", b"v")
+            return probe.get("k") == b"v"
+        except Exception:
+            return False
+
+    _outage_and_recovery(cache, own_s3, caplog, True, writable)
+    cache.close()
+
+
+def test_a_refused_entry_is_not_an_outage(redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    backend = RedisCache.from_url(
+        redis_url, prefix=f"bergstream-test:{uuid.uuid4().hex}:", max_entry_bytes=2000
+    )
+    cache = ResilientCache(backend, name="redis-small")
+    for _ in range(3):
+        cache.put("hotset/big.parquet", bytes(5000))  # refused: logged once, never raised
+    cache.put("small", b"s")
+    assert cache.available and cache.failures == 0
+    assert cache.get("hotset/big.parquet") is None and cache.get("small") == b"s"
+    warnings = _records(caplog, logging.WARNING)
+    assert len(warnings) == 1
+    message = warnings[0].getMessage()
+    assert "'hotset/big.parquet'" in message and "max_entry_bytes=2000" in message
+    assert "not cached" in message
