@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import inspect
+import re
 import typing
 from pathlib import Path
+from typing import Any
 
+import pytest
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from bergstream.core import hookspecs
 from bergstream.core.config import BergstreamConfig
+from bergstream.core.plugins import load_registry
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -37,6 +42,106 @@ def config_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
             list_item = typing.get_origin(field.annotation) is list
             keys.extend(config_keys(nested, "" if list_item else f"{path}."))
     return keys
+
+
+def config_fields(
+    model: type[BaseModel], prefix: str = "", *, list_paths: bool = False
+) -> dict[str, FieldInfo]:
+    """Like :func:`config_keys`, with each key's field; with ``list_paths`` the keys of list
+    items are ``list[].key`` instead of ``key``."""
+    fields: dict[str, FieldInfo] = {}
+    for name, field in model.model_fields.items():
+        if field.exclude:
+            continue
+        path = f"{prefix}{name}"
+        fields[path] = field
+        nested = _model_of(field.annotation)
+        if nested is not None:
+            if typing.get_origin(field.annotation) is not list:
+                inner = f"{path}."
+            else:
+                inner = f"{path}[]." if list_paths else ""
+            fields.update(config_fields(nested, inner, list_paths=list_paths))
+    return fields
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    """Markdown table rows by the backticked key in their first cell: the row's other cells."""
+    rows: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) >= 3 and re.fullmatch(r"`[^`]+`", cells[0]):
+            rows.setdefault(cells[0].strip("`"), cells[1:])
+    return rows
+
+
+def default_problem(field: FieldInfo, stated: str) -> str | None:
+    """What is wrong with the default column ``stated`` of a field, or None."""
+    if field.is_required():
+        return None if "required" in stated else f"says {stated!r}, not 'required'"
+    default: Any = field.get_default(call_default_factory=True)
+    if isinstance(default, bool):
+        expected = ["true" if default else "false"]
+    elif isinstance(default, int | float):
+        number = int(default) if float(default).is_integer() else default
+        found = re.search(rf"(?<![\d.]){re.escape(str(number))}(?:\.0)?(?![\d.])", stated)
+        return None if found else f"says {stated!r}, not {number}"
+    elif isinstance(default, str) and default:
+        expected = [default]
+    elif default in ([], {}):
+        expected = [f"`{default}`"]
+    else:  # None or a model: any description of what applies ("unset", a path, ...)
+        return None if stated and stated != "-" else "states no default"
+    if any(item in stated for item in expected):
+        return None
+    return f"says {stated!r}, not {expected[0]!r}"
+
+
+def test_every_config_key_states_its_default():
+    rows = table_rows((DOCS / "configuration.md").read_text())
+    wrong = {
+        key: problem
+        for key, field in config_fields(BergstreamConfig).items()
+        if key in rows and (problem := default_problem(field, rows[key][0]))
+    }
+    assert not wrong, f"defaults in docs/configuration.md: {wrong}"
+
+
+def plugin_sections() -> list[Any]:
+    registry = load_registry()
+    params = []
+    for kind in ("filter", "service"):
+        for name, registration in sorted(registry.registrations(kind).items()):
+            if registration.config_model is not None:
+                params.append(
+                    pytest.param(kind, name, registration.config_model, id=f"{kind}-{name}")
+                )
+    return params
+
+
+@pytest.mark.parametrize(("kind", "name", "model"), plugin_sections())
+def test_every_plugin_setting_is_documented_with_its_default(
+    kind: str, name: str, model: type[BaseModel]
+) -> None:
+    text = (DOCS / "configuration.md").read_text()
+    sections = re.split(r"^## ", text, flags=re.MULTILINE)
+    heading = f"`{name}` {kind}"
+    matching = [s for s in sections if heading in s.splitlines()[0]]
+    assert matching, f"docs/configuration.md has no section '## The {heading}'"
+    rows = table_rows(matching[0])
+    fields = {
+        f"config.{key}": field for key, field in config_fields(model, list_paths=True).items()
+    }
+    missing = [key for key in fields if key not in rows]
+    assert not missing, f"{heading}: undocumented settings {missing}"
+    wrong = {}
+    for key, field in fields.items():
+        parent = fields.get(key.rsplit(".", 1)[0].removesuffix("[]"))
+        if field.is_required() and parent is not None and not parent.is_required():
+            continue  # required inside an optional block: the block's default says what applies
+        if problem := default_problem(field, rows[key][0]):
+            wrong[key] = problem
+    assert not wrong, f"{heading}: defaults in docs/configuration.md: {wrong}"
 
 
 def test_every_config_key_is_documented():
