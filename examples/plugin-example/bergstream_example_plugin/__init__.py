@@ -1,20 +1,25 @@
-"""Example bergstream plugin: the ``add-header`` proxy filter.
+"""Example bergstream plugin: the ``add-header`` proxy filter and the ``example-sqlite`` cache.
 
 Shows the three parts of a filter plugin: a typed config model, a factory created once per virtual
-cluster, and a filter created once per client connection.
+cluster, and a filter created once per client connection; and a cache backend for ISK
+(:mod:`.sqlite_cache`) with its config model and factory, checked by bergstream's conformance
+suite in ``tests/test_conformance.py``.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bergstream.core.backends import ServiceContext
 from bergstream.core.hookspecs import hookimpl
 from bergstream.core.proxy.api import FilterContext, FilterFactory, Forward, ProxyFilter
 from bergstream.core.records import map_records, with_header
-from bergstream.core.registrations import FilterRegistration
+from bergstream.core.registrations import CacheBackendRegistration, FilterRegistration
+from bergstream_example_plugin.sqlite_cache import SqliteCache
 
 PRODUCE = 0
 
@@ -76,5 +81,33 @@ def register_filters() -> list[FilterRegistration]:
             factory=AddHeaderFactory,
             config_model=AddHeaderConfig,
             description="append a header to every produced record",
+        )
+    ]
+
+
+class SqliteCacheConfig(BaseModel):
+    """Settings of the ``example-sqlite`` cache backend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: Path | None = Field(
+        None, description="the SQLite file (default $BERGSTREAM_HOME/isk/example-cache.sqlite)"
+    )
+
+
+def create_sqlite_cache(config: SqliteCacheConfig, context: ServiceContext) -> SqliteCache:
+    """Open the cache file at ``config.path``, or under the home directory by default."""
+    return SqliteCache(config.path or context.home / "isk" / "example-cache.sqlite")
+
+
+@hookimpl
+def register_cache_backends() -> list[CacheBackendRegistration]:
+    """Register the ``example-sqlite`` cache backend (ISK: ``cache: {type: example-sqlite}``)."""
+    return [
+        CacheBackendRegistration(
+            name="example-sqlite",
+            factory=create_sqlite_cache,
+            config_model=SqliteCacheConfig,
+            description="example: verified cache entries in one SQLite file",
         )
     ]
