@@ -33,6 +33,8 @@ COMPONENTS: Final[dict[str, str]] = {
     "bergstream.ksi": "ksi",
     "bergstream.plugins.ksi_fetch_filter": "ksi",
     "bergstream.isk": "isk",
+    "bergstream.isk.cache": "cache",
+    "bergstream.isk.index": "index",
     "bergstream.plugins.isk_gateway": "isk",
     "bergstream.pipeline": "pipeline",
     "py4j": "pipeline",
