@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import logging
 import re
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from bergstream.core import hookspecs
+from bergstream.core.backends import ServiceContext
 from bergstream.core.config import BergstreamConfig
 from bergstream.core.plugins import load_registry
 
@@ -163,3 +167,143 @@ def test_every_hook_is_documented_with_an_example():
         assert f"## `{name}`" in text, f"hook {name} has no section in docs/hooks.md"
         section = text.split(f"## `{name}`", 1)[1].split("\n## ", 1)[0]
         assert "@hookimpl" in section, f"hook {name} has no example in docs/hooks.md"
+
+
+def hook_example(name: str) -> types.ModuleType:
+    """The ``python`` example of hook ``name`` in docs/hooks.md, executed as a module."""
+    text = (DOCS / "hooks.md").read_text()
+    section = text.split(f"## `{name}`", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 1, f"hook {name}: expected one python example, found {len(blocks)}"
+    module = types.ModuleType(f"hooks_md_{name}")
+    exec(compile(blocks[0], f"docs/hooks.md ({name})", "exec"), module.__dict__)
+    return module
+
+
+def registered(name: str, kind: str) -> tuple[Any, Any]:
+    """Load the example of hook ``name``; its only registration of ``kind`` and its config."""
+    registry = load_registry([hook_example(name)], entry_points=False)
+    (registration,) = registry.registrations(kind).values()
+    return registration, registration.config_model.model_validate({})
+
+
+def context() -> ServiceContext:
+    return ServiceContext(BergstreamConfig(), load_registry(entry_points=False), Path("/tmp"))
+
+
+async def test_the_filter_example_refuses_produce_requests() -> None:
+    from kio.index import load_request_schema
+
+    from bergstream.core.proxy import codec
+    from bergstream.core.proxy.api import ErrorResponse, FilterFactoryContext
+
+    registration, config = registered("register_filters", "filter")
+    factory = registration.factory(
+        config, FilterFactoryContext("vc", BergstreamConfig(), load_registry(entry_points=False))
+    )
+    item = factory.create_filter()
+    assert item.request_api_keys == frozenset({0})
+    header = codec.make_request_header(0, 9, 1, "client")
+    request = codec.build(load_request_schema(0, 9), acks=1)
+    log = logging.LoggerAdapter(logging.getLogger("tests.hooks"), {})
+    action = await item.on_request(header, request, types.SimpleNamespace(log=log))
+    assert action == ErrorResponse(29)
+
+
+async def test_the_file_synthesizer_example_builds_files_from_their_path() -> None:
+    registration, config = registered("register_file_synthesizers", "file synthesizer")
+    synthesizer = registration.factory(config, context())
+    assert synthesizer.handles("offsets/3-6.txt") and not synthesizer.handles("data/x.parquet")
+    assert await synthesizer.synthesize("offsets/3-6.txt") == b"3\n4\n5\n"
+
+
+def test_the_cache_example_verifies_and_evicts() -> None:
+    registration, _ = registered("register_cache_backends", "cache backend")
+    cache = registration.factory(registration.config_model(max_entries=2), context())
+    cache.put("a", b"1")
+    cache.put("b", b"2")
+    assert cache.get("a") == b"1"
+    cache.put("c", b"3")  # evicts b, the least recently used
+    assert (cache.get("b"), cache.get("c")) == (None, b"3")
+    digest, _ = cache.entries["a"]
+    cache.entries["a"] = (digest, b"corrupt")
+    assert cache.get("a") is None
+    cache.delete("c")
+    assert cache.get("c") is None
+    cache.close()
+
+
+def test_the_index_example_returns_overlapping_chunks_in_order() -> None:
+    from bergstream.core.backends import ChunkEntry
+
+    registration, config = registered("register_index_backends", "index backend")
+    index = registration.factory(config, context())
+    chunks = [ChunkEntry("t", 0, start, start + 10, 10, 100) for start in (20, 0, 10)]
+    index.put_chunks([*chunks, ChunkEntry("t", 1, 0, 5, 5, 50)])
+    assert [c.start_offset for c in index.chunks("t", 0)] == [0, 10, 20]
+    assert [c.start_offset for c in index.chunks("t", 0, 12, 21)] == [10, 20]
+    assert index.chunks("t", 0, 30) == [] and index.chunks("u", 0) == []
+    index.close()
+
+
+def test_the_codec_example_round_trips_exact_bytes_and_refuses_the_rest() -> None:
+    from bergstream.core.backends import ValueDecodeError
+
+    registration, config = registered("register_value_codecs", "value codec")
+    codec = registration.factory(config, context())
+    value = b'{"amount":12.5,"id":7}'
+    decoded = codec.decode("t", value)
+    assert decoded.fields == {"amount": 12.5, "id": 7}
+    assert codec.encode("t", decoded) == value
+    for raw in (b'{"id": 7}', b"[1]", b"\xff"):
+        with pytest.raises(ValueDecodeError):
+            codec.decode("t", raw)
+
+
+async def test_the_service_example_starts_and_stops() -> None:
+    registration, _ = registered("register_services", "service")
+    service = registration.factory(registration.config_model(interval_seconds=0.01), context())
+    await service.start()
+    await asyncio.sleep(0.1)
+    await service.stop()
+    beats = service.beats
+    assert beats >= 2 and service.task is None
+    await asyncio.sleep(0.05)
+    assert service.beats == beats
+
+
+def test_the_command_example_adds_a_command() -> None:
+    import click
+    from click.testing import CliRunner
+
+    @click.group()
+    def root() -> None:
+        """A root group."""
+
+    registry = load_registry([hook_example("register_commands")], entry_points=False)
+    registry.manager.hook.register_commands(cli=root)
+    result = CliRunner().invoke(root, ["hello", "docs"])
+    assert result.exit_code == 0 and result.output == "hello docs\n"
+
+
+def test_every_hook_example_is_exercised() -> None:
+    names = {
+        n
+        for n, f in inspect.getmembers(hookspecs, inspect.isfunction)
+        if hasattr(f, "bergstream_spec")
+    }
+    tested = {
+        n.removeprefix("test_the_").split("_example")[0]
+        for n in globals()
+        if n.startswith("test_the_") and "_example" in n
+    }
+    kinds = {
+        "filter": "register_filters",
+        "file_synthesizer": "register_file_synthesizers",
+        "cache": "register_cache_backends",
+        "index": "register_index_backends",
+        "codec": "register_value_codecs",
+        "service": "register_services",
+        "command": "register_commands",
+    }
+    assert {kinds[t] for t in tested} == names
