@@ -39,9 +39,10 @@ def kafka_bootstrap(stack_env: dict[str, str]) -> str:
     return stack_env["BERGSTREAM_KAFKA_BOOTSTRAP"]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def new_topic(kafka_bootstrap: str) -> Callable[..., str]:
-    """Create a uniquely named topic directly on Kafka; returns its name."""
+    """Create a uniquely named topic directly on Kafka; returns its name (session-scoped, so
+    module fixtures can create topics too)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})

@@ -27,6 +27,10 @@ class ProviderUnavailable(RuntimeError):
     """Kafka or the coldset cannot be reached now (REST: 503; S3: 503 SlowDown); retry later."""
 
 
+class TableNotServable(RuntimeError):
+    """The table exists but cannot be served as it is (REST: 500 with the reason and the fix)."""
+
+
 @dataclass(frozen=True)
 class LoadedTable:
     """What LoadTable returns: the metadata file's location and its JSON content."""
@@ -55,7 +59,11 @@ class TableProvider(Protocol):
         ...
 
     async def read_file(self, key: str) -> bytes:
-        """The whole file at ``key``; the gateway applies ranges."""
+        """The whole file at ``key``."""
+        ...
+
+    async def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the file at ``key`` (a ranged GET)."""
         ...
 
     async def list_keys(self, prefix: str, limit: int) -> list[tuple[str, int]]:

@@ -2,8 +2,9 @@
 
 It wires the pieces together: a :class:`.tables.kafka_reader.KafkaReader`, an index backend and a
 cache backend chosen by ``{type, config}`` among the registered plugins (never imported from
-their plugins), a :class:`.tables.hotset.HotsetProvider`, and the
-:class:`.http.server.IskHttpService` in front of it.
+their plugins), the ``hotset`` provider and, when the config has a ``lake:`` section, the
+``coldset`` and ``merged`` providers, a router over them, the :class:`.http.server.IskHttpService`
+in front, and a background task keeping the chunk index of every topic up to date.
 """
 
 from __future__ import annotations
@@ -16,10 +17,17 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from bergstream.core.backends import CacheBackend, IndexBackend, ServiceContext
+from bergstream.core.lake import LakeConfigError, ResolvedLake, resolve_lake
 from bergstream.core.models import StrictModel
 from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpService
+from bergstream.plugins.isk_gateway.provider import TableProvider
+from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider
+from bergstream.plugins.isk_gateway.tables.files import FileStore
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from bergstream.plugins.isk_gateway.tables.kafka_reader import KafkaReader
+from bergstream.plugins.isk_gateway.tables.merged import MergedProvider
+from bergstream.plugins.isk_gateway.tables.paths import COLDSET, HOTSET, MERGED
+from bergstream.plugins.isk_gateway.tables.router import NamespaceRouter
 
 __all__ = ["BackendChoice", "IskService", "IskServiceConfig", "create_isk_service"]
 
@@ -49,6 +57,12 @@ class IskServiceConfig(StrictModel):
         description="the cache of synthesized files",
     )
     chunk_records: int = Field(100_000, gt=0, description="offsets per indexed chunk")
+    index_interval_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="how often the background indexer brings every topic's chunk index up to "
+        "date (0: only on LoadTable)",
+    )
 
     @field_validator("cluster")
     @classmethod
@@ -82,10 +96,18 @@ class IskService:
         self._cache_registration = context.plugins.get("cache backend", config.cache.type)
         self._index_settings = _backend_settings(context, "index backend", config.index)
         self._cache_settings = _backend_settings(context, "cache backend", config.cache)
+        self.lake: ResolvedLake | None = None
+        if context.config.lake is not None:
+            try:
+                self.lake = resolve_lake(context.config.lake, context.home)
+            except LakeConfigError as error:
+                raise ValueError(f"isk: {error}") from None
+        self._indexer: asyncio.Task[None] | None = None
         self.reader: KafkaReader | None = None
         self.index: IndexBackend | None = None
         self.cache: CacheBackend | None = None
-        self.provider: HotsetProvider | None = None
+        self.hotset: HotsetProvider | None = None
+        self.provider: NamespaceRouter | None = None
         self.http: IskHttpService | None = None
 
     @property
@@ -117,28 +139,68 @@ class IskService:
                 ),
                 name=c.cache.type,
             )
-            self.provider = HotsetProvider(
+            store = FileStore(self.cache)
+            self.hotset = HotsetProvider(
                 self.reader,
                 self.index,
                 self.cache,
                 bucket=c.http.bucket,
                 cluster=c.cluster,
                 chunk_records=c.chunk_records,
+                store=store,
             )
+            providers: dict[str, TableProvider] = {HOTSET: self.hotset}
+            if self.lake is not None:
+                coldset = ColdsetProvider(self.lake, store, c.http.bucket, c.cluster)
+                providers[COLDSET] = coldset
+                providers[MERGED] = MergedProvider(self.hotset, coldset)
+            self.provider = NamespaceRouter(providers, store)
             http = IskHttpService(c.http, self.provider)
             await http.start()
             self.http = http
         except BaseException:
             await self.stop()
             raise
-        log.info("isk: catalog %s, s3 %s", self.catalog_url, self.s3_url)
+        if c.index_interval_seconds > 0:
+            self._indexer = asyncio.create_task(self._index_forever(c.index_interval_seconds))
+        namespaces = ", ".join(await self.provider.list_namespaces())
+        log.info("isk: catalog %s, s3 %s, namespaces %s", self.catalog_url, self.s3_url, namespaces)
+
+    async def _index_forever(self, interval: float) -> None:
+        """Keep the chunk index of every topic up to date, one topic at a time."""
+        assert self.hotset is not None and self.reader is not None
+        failing = False
+        while True:
+            try:
+                for topic in await self.reader.topics():
+                    if topic.startswith("__"):
+                        continue
+                    new = await self.hotset.index_topic(topic)
+                    if new:
+                        log.info("isk: index of %s brought up to date (%d new offsets)", topic, new)
+                if failing:
+                    log.info("isk: background indexing works again")
+                failing = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                if not failing:
+                    log.warning("isk: background indexing failed (retrying): %s", error)
+                failing = True
+            await asyncio.sleep(interval)
 
     async def stop(self) -> None:
         """Close the listeners, the backends and the Kafka connections; safe to call twice."""
+        indexer, self._indexer = self._indexer, None
+        if indexer is not None:
+            indexer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await indexer
         http, self.http = self.http, None
         if http is not None:
             await http.stop()
         self.provider = None
+        self.hotset = None
         cache, self.cache = self.cache, None
         if cache is not None:
             await asyncio.to_thread(_close_quietly, cache, "cache")

@@ -31,8 +31,11 @@ class Gateway:
         return RestCatalog("isk", uri=self.catalog_url)
 
 
-def start_gateway(kafka_bootstrap: str, workdir: Path, chunk_records: int) -> Gateway:
-    """Write a config with free ports under ``workdir`` and run it; wait for the ready line."""
+def start_gateway(
+    kafka_bootstrap: str, workdir: Path, chunk_records: int, extra: str = ""
+) -> Gateway:
+    """Write a config with free ports under ``workdir`` (plus ``extra`` top-level YAML, e.g. a
+    ``lake:`` section) and run it; wait for the ready line."""
     catalog_port, s3_port = free_ports(2)
     config = workdir / "isk.yaml"
     index, cache = workdir / "index.sqlite", workdir / "cache"
@@ -54,6 +57,7 @@ def start_gateway(kafka_bootstrap: str, workdir: Path, chunk_records: int) -> Ga
                   cache: {{type: local, config: {{directory: "{cache}"}}}}
             """
         )
+        + textwrap.dedent(extra)
     )
     running = start_bergstream_run(
         config, kafka_bootstrap, {"BERGSTREAM_HOME": str(workdir / "home")}, "the isk service"

@@ -96,6 +96,9 @@ class FakeProvider:
         except KeyError:
             raise NoSuchFile(key) from None
 
+    async def read_range(self, key: str, start: int, end: int) -> bytes:
+        return (await self.read_file(key))[start:end]
+
     async def list_keys(self, prefix: str, limit: int) -> list[tuple[str, int]]:
         self._check()
         keys = sorted(k for k in self.files if k.startswith(prefix))

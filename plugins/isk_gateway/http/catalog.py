@@ -28,6 +28,7 @@ from bergstream.plugins.isk_gateway.provider import (
     NoSuchNamespace,
     NoSuchTable,
     ProviderUnavailable,
+    TableNotServable,
     TableProvider,
 )
 
@@ -110,6 +111,9 @@ class RestCatalogApp:
             return await self._namespaces(request, rest[1:], head)
         except _Error as exc:
             return _error(exc, head)
+        except TableNotServable as exc:
+            log.warning("REST catalog: %s", exc)
+            return _error(_Error(500, "ServiceFailureException", str(exc)), head)
         except ProviderUnavailable as exc:
             return _error(
                 _Error(

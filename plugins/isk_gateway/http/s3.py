@@ -119,8 +119,9 @@ class S3Gateway:
             return self._error(S3Error("InternalError", "Internal error"), raw_path, head)
 
     async def _object(self, request: web.Request, key: str, head: bool) -> web.StreamResponse:
+        range_header = request.headers.get("Range")
         try:
-            if head:
+            if head or range_header is not None:
                 size = await self.provider.file_size(key)
                 data = b""
             else:
@@ -146,7 +147,6 @@ class S3Gateway:
             return web.Response(status=304, headers=headers)
         status = 200
         start, end = 0, size
-        range_header = request.headers.get("Range")
         if range_header is not None:
             parsed = _parse_range(range_header, size)
             if parsed is not None:
@@ -156,7 +156,19 @@ class S3Gateway:
         headers["Content-Length"] = str(end - start)
         if head:
             return web.Response(status=status, headers=headers)
-        return web.Response(status=status, headers=headers, body=data[start:end])
+        try:
+            if status == 206:
+                body = await self.provider.read_range(key, start, end)
+            elif range_header is not None:  # an ignored Range header: the whole object
+                body = await self.provider.read_file(key)
+            else:
+                body = data
+        except NoSuchFile as exc:
+            raise S3Error("NoSuchKey", "The specified key does not exist.") from exc
+        if len(body) != end - start:
+            log.error("S3 gateway: %s has %d bytes, %d expected", key, len(body), end - start)
+            raise S3Error("InternalError", "The object changed while it was read")
+        return web.Response(status=status, headers=headers, body=body)
 
     async def _bucket(self, raw_query: str, head: bool) -> web.StreamResponse:
         if head:

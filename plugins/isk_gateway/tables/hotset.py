@@ -14,13 +14,23 @@ metadata files are kept from the load that built them (in memory and in the cach
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
+import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from bergstream.core.backends import CacheBackend, ChunkEntry, IndexBackend
+from bergstream.core.metrics import (
+    INDEX_LAG,
+    ISK_KAFKA_READ_BYTES,
+    ISK_LOAD_TABLES,
+    ISK_SYNTHESIZED_BYTES,
+)
 from bergstream.plugins.isk_gateway.provider import (
     LoadedTable,
     NoSuchFile,
@@ -32,15 +42,35 @@ from bergstream.plugins.isk_gateway.synthesis import (
     records_to_table,
     synthesize_data_file,
 )
+from bergstream.plugins.isk_gateway.tables.files import FileStore
 from bergstream.plugins.isk_gateway.tables.kafka_reader import FetchedRange, PartitionOffsets
 from bergstream.plugins.isk_gateway.tables.metadata import (
+    BuiltTable,
     build_table,
     chunk_bounds,
     chunk_day,
 )
 from bergstream.plugins.isk_gateway.tables.paths import HOTSET, DataKey, parse_key, uri
 
-__all__ = ["HotsetProvider", "KafkaSource"]
+__all__ = ["HotsetProvider", "KafkaSource", "metadata_kind", "record_built"]
+
+log = logging.getLogger("bergstream.isk.index")
+
+#: Seconds between two progress lines of a long index build.
+_PROGRESS_SECONDS = 5.0
+
+
+def metadata_kind(key: str) -> str:
+    """The kind of a metadata key for the synthesized-bytes metric."""
+    if key.endswith(".metadata.json"):
+        return "metadata"
+    return "manifest_list" if "/metadata/snap-" in key else "manifest"
+
+
+def record_built(cluster: str, built: BuiltTable) -> None:
+    """Count the bytes of a table's freshly built metadata files."""
+    for key, data in built.files.items():
+        ISK_SYNTHESIZED_BYTES.labels(cluster, metadata_kind(key)).inc(len(data))
 
 
 def _days(table: pa.Table) -> pa.Array:
@@ -76,6 +106,7 @@ class HotsetProvider:
         cluster: str,
         chunk_records: int = 100_000,
         memory_files: int = 4096,
+        store: FileStore | None = None,
     ) -> None:
         if chunk_records <= 0:
             raise ValueError(f"chunk_records must be > 0, got {chunk_records}")
@@ -85,9 +116,8 @@ class HotsetProvider:
         self.bucket = bucket
         self.cluster = cluster
         self.chunk_records = chunk_records
-        self._files: OrderedDict[str, bytes] = OrderedDict()
+        self.store = store if store is not None else FileStore(cache, memory_files)
         self._memory_files = memory_files
-        self._listing: dict[str, dict[str, int]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._recent_chunks: OrderedDict[tuple[str, int, int, int], ChunkEntry] = OrderedDict()
 
@@ -105,24 +135,61 @@ class HotsetProvider:
         if table.startswith("__"):
             raise NoSuchTable(f"{table!r} is an internal topic, not served as a table")
         offsets = await self.source.offsets(table)
-        lock = self._locks.setdefault(table, asyncio.Lock())
-        async with lock:
-            chunks: list[ChunkEntry] = []
-            for partition in sorted(offsets):
-                chunks += await self._refresh(table, offsets[partition])
+        chunks = await self.live_chunks(table, offsets)
         end_offsets = {p: o.last_stable for p, o in offsets.items()}
         built = await asyncio.to_thread(
             build_table, self.bucket, self.cluster, table, chunks, end_offsets
         )
+        await self.keep_built(HOTSET, table, built, chunks)
+        ISK_LOAD_TABLES.labels(self.cluster, HOTSET).inc()
+        return LoadedTable(built.metadata_location, built.metadata)
+
+    async def keep_built(
+        self,
+        namespace: str,
+        table: str,
+        built: BuiltTable,
+        chunks: list[ChunkEntry],
+        more_sizes: Mapping[str, int] | None = None,
+    ) -> None:
+        """Keep a freshly built table's metadata files and list them with its data files."""
+        record_built(self.cluster, built)
         for key, data in built.files.items():
-            self._remember(key, data)
-            await asyncio.to_thread(self.cache.put, key, data)
+            await self.store.keep(key, data)
         listing = {key: len(data) for key, data in built.files.items()}
         for chunk in chunks:
             if chunk.row_count:
-                listing[self._data_key(chunk).key] = chunk.size_bytes
-        self._listing[table] = listing
-        return LoadedTable(built.metadata_location, built.metadata)
+                key = dataclasses.replace(self._data_key(chunk), namespace=namespace)
+                listing[key.key] = chunk.size_bytes
+        listing.update(more_sizes or {})
+        self.store.set_listing(namespace, table, listing)
+
+    async def live_chunks(
+        self,
+        topic: str,
+        offsets: Mapping[int, PartitionOffsets],
+        floors: Mapping[int, int] | None = None,
+    ) -> list[ChunkEntry]:
+        """The chunks covering each partition from ``max(log start, floors[p])`` up to its last
+        stable offset, indexing the new sealed ones on the way."""
+        lock = self._locks.setdefault(topic, asyncio.Lock())
+        chunks: list[ChunkEntry] = []
+        async with lock:
+            for partition in sorted(offsets):
+                floor = (floors or {}).get(partition, 0)
+                chunks += await self._refresh(topic, offsets[partition], floor)
+        return chunks
+
+    async def index_topic(self, topic: str) -> int:
+        """Bring the index of ``topic`` up to its last stable offsets (the background indexer's
+        step); return the number of offsets that were not indexed before."""
+        offsets = await self.source.offsets(topic)
+        before = 0
+        for partition, part in offsets.items():
+            indexed = await asyncio.to_thread(self.index.chunks, topic, partition, part.log_start)
+            before += part.last_stable - max([c.end_offset for c in indexed] + [part.log_start])
+        await self.live_chunks(topic, offsets)
+        return max(before, 0)
 
     @staticmethod
     def _check_namespace(namespace: str) -> None:
@@ -141,16 +208,30 @@ class HotsetProvider:
             chunk.end_offset,
         )
 
-    async def _refresh(self, topic: str, offsets: PartitionOffsets) -> list[ChunkEntry]:
-        """Index new sealed chunks of one partition; return its live chunks, tail included."""
+    async def _refresh(
+        self, topic: str, offsets: PartitionOffsets, floor: int = 0
+    ) -> list[ChunkEntry]:
+        """Index new sealed chunks of one partition from ``max(log start, floor)``; return its
+        live chunks from there, tail included."""
         partition, end = offsets.partition, offsets.last_stable
-        indexed = await asyncio.to_thread(self.index.chunks, topic, partition, offsets.log_start)
-        chunks = [c for c in indexed if c.start_offset >= offsets.log_start]
-        # Retention cut into the first indexed chunk: serve what Kafka still has of it.
-        head_end = chunks[0].start_offset if chunks else offsets.log_start
-        head = await self._chunks(topic, partition, offsets.log_start, head_end, index=False)
-        position = max(chunks[-1].end_offset if chunks else 0, offsets.log_start)
-        return head + chunks + await self._chunks(topic, partition, position, end, index=True)
+        start = min(max(offsets.log_start, floor), end)
+        indexed = await asyncio.to_thread(self.index.chunks, topic, partition, start)
+        chunks: list[ChunkEntry] = []
+        position = start
+        for chunk in indexed:
+            # Cut by retention or the floor, overlapping, or past the end: not served as is.
+            if chunk.start_offset < position or chunk.end_offset > end:
+                continue
+            if chunk.start_offset > position:  # a range the index does not cover: serve it
+                chunks += await self._chunks(
+                    topic, partition, position, chunk.start_offset, index=False
+                )
+            chunks.append(chunk)
+            position = chunk.end_offset
+        tail = await self._chunks(topic, partition, position, end, index=True)
+        sealed_end = max([c.end_offset for c in tail if c.end_offset < end] + [position])
+        INDEX_LAG.labels(self.cluster, topic, str(partition)).set(max(end - sealed_end, 0))
+        return chunks + tail
 
     async def _chunks(
         self, topic: str, partition: int, start: int, end: int, index: bool
@@ -159,7 +240,14 @@ class HotsetProvider:
         ending before ``end``, or holding ``chunk_records`` offsets) if ``index``."""
         chunks: list[ChunkEntry] = []
         position = start
+        last_report = time.monotonic()
         while position < end:
+            if index and time.monotonic() - last_report > _PROGRESS_SECONDS:
+                last_report = time.monotonic()
+                log.info(
+                    "isk: indexing %s[%d]: offset %d of %d (%.0f%%)",
+                    topic, partition, position, end, 100 * (position - start) / (end - start),
+                )  # fmt: skip
             memo_key = (topic, partition, position, end)
             known = self._recent_chunks.get(memo_key)
             if known is not None:  # the same unsealed chunk as a recent load: nothing to read
@@ -169,6 +257,7 @@ class HotsetProvider:
             chunk, data = await self._next_chunk(topic, partition, position, end)
             sealed = chunk.end_offset < end or chunk.end_offset - position == self.chunk_records
             if chunk.row_count:
+                ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
                 await asyncio.to_thread(self.cache.put, self._data_key(chunk).key, data)
             if sealed and index:
                 await asyncio.to_thread(self.index.put_chunks, [chunk])
@@ -187,6 +276,7 @@ class HotsetProvider:
         where the day of the rows (in offset order) changes; with its Parquet bytes."""
         high = min(start + self.chunk_records, end)
         fetched = await self.source.fetch(topic, partition, start, high)
+        ISK_KAFKA_READ_BYTES.labels(self.cluster, "index").inc(len(fetched.records))
         # Decoding and Parquet writing are CPU work: keep them off the event loop.
         return await asyncio.to_thread(self._build_chunk, topic, partition, start, high, fetched)
 
@@ -233,32 +323,27 @@ class HotsetProvider:
 
     # ------------------------------------------------------------------ files
 
-    def _remember(self, key: str, data: bytes) -> None:
-        self._files[key] = data
-        self._files.move_to_end(key)
-        while len(self._files) > self._memory_files:
-            self._files.popitem(last=False)
-
     async def file_size(self, key: str) -> int:
-        for listing in self._listing.values():
-            if key in listing:
-                return listing[key]
-        return len(await self.read_file(key))
+        size = self.store.size(key)
+        return size if size is not None else len(await self.read_file(key))
 
     async def read_file(self, key: str) -> bytes:
         parsed = parse_key(key)
         if parsed.cluster != self.cluster:
             raise NoSuchFile(f"no such key {key!r} (cluster {self.cluster!r} is served here)")
-        if key in self._files:
-            return self._files[key]
-        cached = await asyncio.to_thread(self.cache.get, key)
-        if cached is not None:
-            return cached
+        data = await self.store.get(key)
+        if data is not None:
+            return data
         if not isinstance(parsed, DataKey):
             raise NoSuchFile(f"no such key {key!r} (not built by this gateway, or expired)")
         data = await self._rebuild(parsed)
-        await asyncio.to_thread(self.cache.put, key, data)
+        ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
+        await self.store.keep(key, data)
         return data
+
+    async def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the file at ``key`` (synthesized whole, then sliced)."""
+        return (await self.read_file(key))[start:end]
 
     async def _rebuild(self, key: DataKey) -> bytes:
         """The data file at ``key``, from Kafka: only if the range is readable and its rows are
@@ -271,6 +356,7 @@ class HotsetProvider:
         if part is None or key.start < part.log_start or key.end > part.last_stable:
             raise NoSuchFile(f"no such key {key.key!r} (offsets not readable in Kafka)")
         fetched = await self.source.fetch(key.topic, key.partition, key.start, key.end)
+        ISK_KAFKA_READ_BYTES.labels(self.cluster, "serve").inc(len(fetched.records))
         return await asyncio.to_thread(self._rebuild_from, key, fetched)
 
     def _rebuild_from(self, key: DataKey, fetched: FetchedRange) -> bytes:
@@ -297,7 +383,4 @@ class HotsetProvider:
 
     async def list_keys(self, prefix: str, limit: int) -> list[tuple[str, int]]:
         """Keys of the tables loaded so far (their current snapshot's files) under ``prefix``."""
-        found: dict[str, int] = {}
-        for listing in self._listing.values():
-            found.update((k, size) for k, size in listing.items() if k.startswith(prefix))
-        return sorted(found.items())[: max(limit, 0)]
+        return self.store.list_keys(prefix, limit)

@@ -33,9 +33,12 @@ from pyiceberg.manifest import (
     ManifestListWriterV2,
     ManifestWriterV2,
 )
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadataV2
 from pyiceberg.table.refs import SnapshotRef, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotLogEntry, Summary
+from pyiceberg.table.sorting import SortOrder
 from pyiceberg.typedef import Record as IcebergRecord
 from pyiceberg.types import IntegerType, LongType, TimestamptzType
 
@@ -52,6 +55,7 @@ from bergstream.core.row_contract import (
 )
 from bergstream.plugins.isk_gateway.tables.fileio import MemoryOutputFile
 from bergstream.plugins.isk_gateway.tables.paths import (
+    HOTSET,
     DataKey,
     ManifestKey,
     ManifestListKey,
@@ -63,10 +67,15 @@ from bergstream.plugins.isk_gateway.tables.paths import (
 __all__ = [
     "HOTSET_OFFSETS_PROPERTY",
     "BuiltTable",
+    "ManifestGroup",
+    "SnapshotPlan",
+    "build_metadata",
     "build_table",
     "chunk_bounds",
     "chunk_day",
+    "chunks_timestamp_ms",
     "data_file",
+    "hotset_groups",
     "snapshot_id_of",
     "sync_marker",
 ]
@@ -109,7 +118,7 @@ def chunk_day(chunk: ChunkEntry) -> int | None:
     return int(chunk.bounds["kafka_timestamp"][0]) // _US_PER_DAY
 
 
-def data_file(bucket: str, cluster: str, chunk: ChunkEntry) -> DataFile:
+def data_file(bucket: str, cluster: str, chunk: ChunkEntry, namespace: str = HOTSET) -> DataFile:
     """The ``DataFile`` of a chunk with rows, stats from the index entry."""
     key = DataKey(
         cluster,
@@ -118,6 +127,7 @@ def data_file(bucket: str, cluster: str, chunk: ChunkEntry) -> DataFile:
         chunk_day(chunk),
         chunk.start_offset,
         chunk.end_offset,
+        namespace,
     ).key
     lower: dict[int, bytes] = {}
     upper: dict[int, bytes] = {}
@@ -173,8 +183,15 @@ def snapshot_id_of(topic: str, chunks: Sequence[ChunkEntry], end_offsets: Mappin
 class _ManifestWriter(ManifestWriterV2):
     """A v2 manifest writer whose Avro sync marker is fixed."""
 
-    def __init__(self, output_file: MemoryOutputFile, snapshot_id: int, sync: bytes) -> None:
-        super().__init__(PARTITION_SPEC, ROW_SCHEMA, output_file, snapshot_id, _AVRO_CODEC)
+    def __init__(
+        self,
+        output_file: MemoryOutputFile,
+        snapshot_id: int,
+        sync: bytes,
+        spec: PartitionSpec = PARTITION_SPEC,
+        schema: Schema = ROW_SCHEMA,
+    ) -> None:
+        super().__init__(spec, schema, output_file, snapshot_id, _AVRO_CODEC)
         self._sync = sync
 
     def new_writer(self) -> AvroOutputFile[ManifestEntry]:
@@ -213,6 +230,162 @@ class BuiltTable:
     files: dict[str, bytes]
 
 
+@dataclass(frozen=True)
+class ManifestGroup:
+    """Data files written into one manifest, all of partition spec ``spec``."""
+
+    spec: PartitionSpec
+    files: Sequence[DataFile]
+
+
+@dataclass(frozen=True)
+class SnapshotPlan:
+    """What one synthesized table holds: a single snapshot (or none) over ``groups``."""
+
+    namespace: str
+    topic: str
+    snapshot_id: int | None
+    timestamp_ms: int
+    groups: Sequence[ManifestGroup]
+    summary: Mapping[str, str]
+    schema: Schema = ROW_SCHEMA
+    specs: Sequence[PartitionSpec] = (PARTITION_SPEC,)
+    default_spec_id: int = PARTITION_SPEC.spec_id
+    sort_order: SortOrder = SORT_ORDER
+
+
+def _file_state(file: DataFile) -> list[Any]:
+    return [file.file_path, file.record_count, file.file_size_in_bytes]
+
+
+def build_metadata(bucket: str, cluster: str, plan: SnapshotPlan) -> BuiltTable:
+    """Metadata JSON, manifest list and manifests of ``plan`` (deterministic: the same plan gives
+    byte-identical files). Every manifest entry is ADDED by the one snapshot."""
+    files: dict[str, bytes] = {}
+    ns, topic = plan.namespace, plan.topic
+    snapshots: list[Snapshot] = []
+    snapshot_log: list[SnapshotLogEntry] = []
+    refs: dict[str, SnapshotRef] = {}
+    current = plan.snapshot_id
+    if current is not None:
+        manifests: list[ManifestFile] = []
+        for group in plan.groups:
+            if not group.files:
+                continue
+            state = [current, group.spec.spec_id, [_file_state(f) for f in group.files]]
+            key = ManifestKey(cluster, topic, _digest(state)[:32], ns).key
+            output = MemoryOutputFile(uri(bucket, key))
+            with _ManifestWriter(output, current, sync_marker(key), group.spec, plan.schema) as w:
+                for file in group.files:
+                    w.add(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.ADDED,
+                            snapshot_id=current,
+                            sequence_number=None,
+                            file_sequence_number=None,
+                            data_file=file,
+                        )
+                    )
+            manifests.append(w.to_manifest_file())
+            files[key] = output.getvalue()
+        list_key = ManifestListKey(
+            cluster, topic, current, _digest([m.manifest_path for m in manifests])[:32], ns
+        ).key
+        list_output = MemoryOutputFile(uri(bucket, list_key))
+        with _ManifestListWriter(list_output, current, sync_marker(list_key)) as list_writer:
+            list_writer.add_manifests(manifests)
+        files[list_key] = list_output.getvalue()
+        all_files = [f for g in plan.groups for f in g.files]
+        rows = sum(f.record_count for f in all_files)
+        size = sum(f.file_size_in_bytes for f in all_files)
+        summary = Summary(
+            Operation.APPEND,
+            **{
+                "added-data-files": str(len(all_files)),
+                "added-records": str(rows),
+                "added-files-size": str(size),
+                "total-data-files": str(len(all_files)),
+                "total-records": str(rows),
+                "total-files-size": str(size),
+                "total-delete-files": "0",
+                "total-position-deletes": "0",
+                "total-equality-deletes": "0",
+                **plan.summary,
+            },
+        )
+        snapshots.append(
+            Snapshot(
+                snapshot_id=current,
+                parent_snapshot_id=None,
+                sequence_number=_SEQUENCE_NUMBER,
+                timestamp_ms=plan.timestamp_ms,
+                manifest_list=uri(bucket, list_key),
+                summary=summary,
+                schema_id=plan.schema.schema_id,
+            )
+        )
+        snapshot_log.append(SnapshotLogEntry(snapshot_id=current, timestamp_ms=plan.timestamp_ms))
+        refs["main"] = SnapshotRef(snapshot_id=current, snapshot_ref_type=SnapshotRefType.BRANCH)
+    metadata = TableMetadataV2(
+        location=table_location(bucket, cluster, topic, ns),
+        table_uuid=uuid.uuid5(_UUID_NAMESPACE, f"{cluster}/{ns}/{topic}"),
+        last_updated_ms=plan.timestamp_ms,
+        last_column_id=plan.schema.highest_field_id,
+        schemas=[plan.schema],
+        current_schema_id=plan.schema.schema_id,
+        partition_specs=list(plan.specs),
+        default_spec_id=plan.default_spec_id,
+        last_partition_id=max(
+            [field.field_id for spec in plan.specs for field in spec.fields] or [999]
+        ),
+        properties={},
+        current_snapshot_id=current,
+        snapshots=snapshots,
+        snapshot_log=snapshot_log,
+        metadata_log=[],
+        sort_orders=[plan.sort_order],
+        default_sort_order_id=plan.sort_order.order_id,
+        refs=refs,
+        last_sequence_number=_SEQUENCE_NUMBER if current else 0,
+    )
+    text = metadata.model_dump_json(by_alias=True, exclude_none=True)
+    metadata_key = MetadataKey(cluster, topic, current or 0, ns).key
+    files[metadata_key] = text.encode()
+    return BuiltTable(
+        metadata_key=metadata_key,
+        metadata_location=uri(bucket, metadata_key),
+        metadata=json.loads(text),
+        files=files,
+    )
+
+
+def hotset_groups(
+    bucket: str, cluster: str, chunks: Sequence[ChunkEntry], namespace: str = HOTSET
+) -> list[ManifestGroup]:
+    """One manifest group per Kafka partition over the chunks with rows, in offset order (data
+    keys under ``namespace``: hotset, or merged for its aliases)."""
+    with_rows = sorted(
+        (c for c in chunks if c.row_count), key=lambda c: (c.partition, c.start_offset)
+    )
+    return [
+        ManifestGroup(
+            PARTITION_SPEC,
+            [
+                data_file(bucket, cluster, c, namespace)
+                for c in with_rows
+                if c.partition == partition
+            ],
+        )
+        for partition in sorted({c.partition for c in with_rows})
+    ]
+
+
+def chunks_timestamp_ms(chunks: Sequence[ChunkEntry]) -> int:
+    """The newest row timestamp (ms) among ``chunks``; 0 if none has rows."""
+    highs = [int(c.bounds["kafka_timestamp"][1]) for c in chunks if c.row_count]
+    return max(highs) // 1000 if highs else 0
+
+
 def build_table(
     bucket: str,
     cluster: str,
@@ -224,101 +397,13 @@ def build_table(
     manifest per Kafka partition), or no snapshot when no chunk has rows. ``end_offsets`` (next
     offset per partition the chunks cover, e.g. the last stable offsets) enter the snapshot id
     and the summary."""
-    chunks = sorted(chunks, key=lambda c: (c.partition, c.start_offset))
-    with_rows = [c for c in chunks if c.row_count]
-    files: dict[str, bytes] = {}
-    location = table_location(bucket, cluster, topic)
-    snapshots: list[Snapshot] = []
-    snapshot_log: list[SnapshotLogEntry] = []
-    refs: dict[str, SnapshotRef] = {}
-    current: int | None = None
-    timestamp_ms = 0
-    if with_rows:
-        current = snapshot_id_of(topic, chunks, end_offsets)
-        timestamp_ms = max(int(c.bounds["kafka_timestamp"][1]) for c in with_rows) // 1000
-        manifests: list[ManifestFile] = []
-        for partition in sorted({c.partition for c in with_rows}):
-            part_chunks = [c for c in with_rows if c.partition == partition]
-            key = ManifestKey(
-                cluster, topic, _digest([current, [_chunk_state(c) for c in part_chunks]])[:32]
-            ).key
-            output = MemoryOutputFile(uri(bucket, key))
-            with _ManifestWriter(output, current, sync_marker(key)) as writer:
-                for chunk in part_chunks:
-                    writer.add(
-                        ManifestEntry.from_args(
-                            status=ManifestEntryStatus.ADDED,
-                            snapshot_id=current,
-                            sequence_number=None,
-                            file_sequence_number=None,
-                            data_file=data_file(bucket, cluster, chunk),
-                        )
-                    )
-            manifests.append(writer.to_manifest_file())
-            files[key] = output.getvalue()
-        list_key = ManifestListKey(
-            cluster, topic, current, _digest([m.manifest_path for m in manifests])[:32]
-        ).key
-        list_output = MemoryOutputFile(uri(bucket, list_key))
-        with _ManifestListWriter(list_output, current, sync_marker(list_key)) as list_writer:
-            list_writer.add_manifests(manifests)
-        files[list_key] = list_output.getvalue()
-        rows = sum(c.row_count for c in with_rows)
-        size = sum(c.size_bytes for c in with_rows)
-        summary = Summary(
-            Operation.APPEND,
-            **{
-                "added-data-files": str(len(with_rows)),
-                "added-records": str(rows),
-                "added-files-size": str(size),
-                "total-data-files": str(len(with_rows)),
-                "total-records": str(rows),
-                "total-files-size": str(size),
-                "total-delete-files": "0",
-                "total-position-deletes": "0",
-                "total-equality-deletes": "0",
-                HOTSET_OFFSETS_PROPERTY: format_boundary(end_offsets),
-            },
-        )
-        snapshots.append(
-            Snapshot(
-                snapshot_id=current,
-                parent_snapshot_id=None,
-                sequence_number=_SEQUENCE_NUMBER,
-                timestamp_ms=timestamp_ms,
-                manifest_list=uri(bucket, list_key),
-                summary=summary,
-                schema_id=ROW_SCHEMA.schema_id,
-            )
-        )
-        snapshot_log.append(SnapshotLogEntry(snapshot_id=current, timestamp_ms=timestamp_ms))
-        refs["main"] = SnapshotRef(snapshot_id=current, snapshot_ref_type=SnapshotRefType.BRANCH)
-    metadata = TableMetadataV2(
-        location=location,
-        table_uuid=uuid.uuid5(_UUID_NAMESPACE, f"{cluster}/hotset/{topic}"),
-        last_updated_ms=timestamp_ms,
-        last_column_id=ROW_SCHEMA.highest_field_id,
-        schemas=[ROW_SCHEMA],
-        current_schema_id=ROW_SCHEMA.schema_id,
-        partition_specs=[PARTITION_SPEC],
-        default_spec_id=PARTITION_SPEC.spec_id,
-        last_partition_id=max(field.field_id for field in PARTITION_SPEC.fields),
-        properties={},
-        current_snapshot_id=current,
-        snapshots=snapshots,
-        snapshot_log=snapshot_log,
-        metadata_log=[],
-        sort_orders=[SORT_ORDER],
-        default_sort_order_id=SORT_ORDER.order_id,
-        refs=refs,
-        last_sequence_number=_SEQUENCE_NUMBER if current else 0,
+    with_rows = any(c.row_count for c in chunks)
+    plan = SnapshotPlan(
+        namespace=HOTSET,
+        topic=topic,
+        snapshot_id=snapshot_id_of(topic, chunks, end_offsets) if with_rows else None,
+        timestamp_ms=chunks_timestamp_ms(chunks),
+        groups=hotset_groups(bucket, cluster, chunks),
+        summary={HOTSET_OFFSETS_PROPERTY: format_boundary(end_offsets)},
     )
-    text = metadata.model_dump_json(by_alias=True, exclude_none=True)
-    metadata_key = MetadataKey(cluster, topic, current or 0).key
-    files[metadata_key] = text.encode()
-    return BuiltTable(
-        metadata_key=metadata_key,
-        metadata_location=uri(bucket, metadata_key),
-        metadata=json.loads(text),
-        files=files,
-    )
+    return build_metadata(bucket, cluster, plan)

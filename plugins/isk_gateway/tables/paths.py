@@ -1,16 +1,23 @@
-"""The hotset key scheme: S3 keys inside the gateway bucket that say what each file holds.
+"""The key scheme: S3 keys inside the gateway bucket that say what each file holds.
 
-Layout, under ``<cluster>/hotset/<topic>/`` (the topic percent-encoded, so any name is one segment):
+Layout, under ``<cluster>/<namespace>/<topic>/`` (namespace ``hotset``, ``coldset`` or
+``merged``; the topic percent-encoded, so any name is one segment):
 
-- ``data/p=<partition>/day=<yyyy-mm-dd>/<start>-<end>.parquet``: the rows of Kafka offsets
-  ``[start, end)`` of one partition, all of that day (``day=-``: a range without rows);
+- ``data/p=<partition>/day=<yyyy-mm-dd>/<start>-<end>.parquet`` (hotset, merged): the rows of
+  Kafka offsets ``[start, end)`` of one partition, all of that day (``day=-``: a range without
+  rows);
+- ``files/<path>`` (coldset, merged): the file at ``<path>`` under the physical table's location.
+
+A merged table's data files live under its own prefix (DuckDB scopes vended credentials to the
+table's location), as aliases of the same hotset and coldset files.
 - ``metadata/manifest-<digest>.avro``: a manifest, ``digest`` hashing what it lists;
 - ``metadata/snap-<snapshot_id>-<digest>.avro``: a snapshot's manifest list;
 - ``metadata/<snapshot_id>.metadata.json``: the table metadata of one snapshot.
 
-A data key is enough to rebuild its file from Kafka. Parsing is strict: anything that is not a key
-this module would write (leading zeros, an inverted range, an invalid date, a non-canonical topic
-encoding) raises :class:`~bergstream.plugins.isk_gateway.provider.NoSuchFile`.
+A data key is enough to rebuild its file from Kafka, a coldset file key to find it in the lake.
+Parsing is strict: anything that is not a key this module would write (leading zeros, an
+inverted range, an invalid date, a non-canonical topic encoding) raises
+:class:`~bergstream.plugins.isk_gateway.provider.NoSuchFile`.
 """
 
 from __future__ import annotations
@@ -23,7 +30,11 @@ from urllib.parse import quote, unquote
 from bergstream.plugins.isk_gateway.provider import NoSuchFile
 
 __all__ = [
+    "COLDSET",
     "HOTSET",
+    "MERGED",
+    "NAMESPACES",
+    "ColdFileKey",
     "DataKey",
     "ManifestKey",
     "ManifestListKey",
@@ -32,6 +43,7 @@ __all__ = [
     "day_of",
     "encode_topic",
     "key_from_uri",
+    "key_namespace",
     "parse_key",
     "table_location",
     "table_prefix",
@@ -39,19 +51,24 @@ __all__ = [
 ]
 
 HOTSET = "hotset"
+COLDSET = "coldset"
+MERGED = "merged"
+#: The namespaces every ISK gateway serves, in listing order.
+NAMESPACES = (HOTSET, COLDSET, MERGED)
 
 _EPOCH = dt.date(1970, 1, 1)
 _NUMBER = r"(0|[1-9][0-9]{0,18})"
 _SEGMENT = r"([^/]+)"
 _DIGEST = r"([0-9a-f]{32})"
 _CLUSTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-_PREFIX = rf"{_SEGMENT}/{HOTSET}/{_SEGMENT}"
+_PREFIX = rf"{_SEGMENT}/({HOTSET}|{COLDSET}|{MERGED})/{_SEGMENT}"
 _DATA = re.compile(
-    rf"{_PREFIX}/data/p={_NUMBER}/day=(-|[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}})/{_NUMBER}-{_NUMBER}"
+    rf"{_SEGMENT}/({HOTSET}|{MERGED})/{_SEGMENT}/data/p={_NUMBER}/day=(-|[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}})/{_NUMBER}-{_NUMBER}"
     r"\.parquet"
 )
 _MANIFEST = re.compile(rf"{_PREFIX}/metadata/manifest-{_DIGEST}\.avro")
 _MANIFEST_LIST = re.compile(rf"{_PREFIX}/metadata/snap-{_NUMBER}-{_DIGEST}\.avro")
+_COLD_FILE = re.compile(rf"{_SEGMENT}/({COLDSET}|{MERGED})/{_SEGMENT}/files/(.+)")
 _METADATA = re.compile(rf"{_PREFIX}/metadata/{_NUMBER}\.metadata\.json")
 _MAX_INT64 = 2**63 - 1
 
@@ -70,14 +87,20 @@ def _check_cluster(cluster: str) -> str:
     return cluster
 
 
-def table_prefix(cluster: str, topic: str) -> str:
-    """``<cluster>/hotset/<topic>``: the prefix of every key of a topic's table."""
-    return f"{_check_cluster(cluster)}/{HOTSET}/{encode_topic(topic)}"
+def _check_namespace(namespace: str) -> str:
+    if namespace not in NAMESPACES:
+        raise ValueError(f"namespace {namespace!r} is not one of {', '.join(NAMESPACES)}")
+    return namespace
 
 
-def table_location(bucket: str, cluster: str, topic: str) -> str:
-    """The table's ``location``: ``s3://<bucket>/<cluster>/hotset/<topic>``."""
-    return uri(bucket, table_prefix(cluster, topic))
+def table_prefix(cluster: str, topic: str, namespace: str = HOTSET) -> str:
+    """``<cluster>/<namespace>/<topic>``: the prefix of every key of a topic's table."""
+    return f"{_check_cluster(cluster)}/{_check_namespace(namespace)}/{encode_topic(topic)}"
+
+
+def table_location(bucket: str, cluster: str, topic: str, namespace: str = HOTSET) -> str:
+    """The table's ``location``: ``s3://<bucket>/<cluster>/<namespace>/<topic>``."""
+    return uri(bucket, table_prefix(cluster, topic, namespace))
 
 
 def uri(bucket: str, key: str) -> str:
@@ -110,17 +133,41 @@ class DataKey:
     day: int | None
     start: int
     end: int
+    namespace: str = HOTSET
 
     def __post_init__(self) -> None:
         if self.partition < 0 or not 0 <= self.start < self.end <= _MAX_INT64:
             raise ValueError(f"invalid data key fields: {self!r}")
+        if self.namespace not in (HOTSET, MERGED):
+            raise ValueError(f"data keys are in {HOTSET} or {MERGED}, not {self.namespace}")
 
     @property
     def key(self) -> str:
         return (
-            f"{table_prefix(self.cluster, self.topic)}/data/p={self.partition}/"
+            f"{table_prefix(self.cluster, self.topic, self.namespace)}/data/p={self.partition}/"
             f"day={day_of(self.day)}/{self.start}-{self.end}.parquet"
         )
+
+
+@dataclass(frozen=True)
+class ColdFileKey:
+    """A file of the physical coldset table: ``path`` relative to the table's location."""
+
+    cluster: str
+    topic: str
+    path: str
+    namespace: str = COLDSET
+
+    def __post_init__(self) -> None:
+        segments = self.path.split("/")
+        if any(segment in ("", ".", "..") for segment in segments):
+            raise ValueError(f"invalid coldset file path {self.path!r}")
+        if self.namespace not in (COLDSET, MERGED):
+            raise ValueError(f"coldset files are in {COLDSET} or {MERGED}, not {self.namespace}")
+
+    @property
+    def key(self) -> str:
+        return f"{table_prefix(self.cluster, self.topic, self.namespace)}/files/{self.path}"
 
 
 @dataclass(frozen=True)
@@ -130,10 +177,12 @@ class ManifestKey:
     cluster: str
     topic: str
     digest: str
+    namespace: str = HOTSET
 
     @property
     def key(self) -> str:
-        return f"{table_prefix(self.cluster, self.topic)}/metadata/manifest-{self.digest}.avro"
+        prefix = table_prefix(self.cluster, self.topic, self.namespace)
+        return f"{prefix}/metadata/manifest-{self.digest}.avro"
 
 
 @dataclass(frozen=True)
@@ -144,6 +193,7 @@ class ManifestListKey:
     topic: str
     snapshot_id: int
     digest: str
+    namespace: str = HOTSET
 
     def __post_init__(self) -> None:
         if not 0 < self.snapshot_id <= _MAX_INT64:
@@ -152,7 +202,7 @@ class ManifestListKey:
     @property
     def key(self) -> str:
         return (
-            f"{table_prefix(self.cluster, self.topic)}/metadata/"
+            f"{table_prefix(self.cluster, self.topic, self.namespace)}/metadata/"
             f"snap-{self.snapshot_id}-{self.digest}.avro"
         )
 
@@ -164,6 +214,7 @@ class MetadataKey:
     cluster: str
     topic: str
     snapshot_id: int
+    namespace: str = HOTSET
 
     def __post_init__(self) -> None:
         if not 0 <= self.snapshot_id <= _MAX_INT64:
@@ -171,10 +222,16 @@ class MetadataKey:
 
     @property
     def key(self) -> str:
-        return f"{table_prefix(self.cluster, self.topic)}/metadata/{self.snapshot_id}.metadata.json"
+        prefix = table_prefix(self.cluster, self.topic, self.namespace)
+        return f"{prefix}/metadata/{self.snapshot_id}.metadata.json"
 
 
-ParsedKey = DataKey | ManifestKey | ManifestListKey | MetadataKey
+ParsedKey = DataKey | ColdFileKey | ManifestKey | ManifestListKey | MetadataKey
+
+
+def key_namespace(key: ParsedKey) -> str:
+    """The namespace a parsed key belongs to."""
+    return key.namespace
 
 
 def _parse_day(text: str, key: str) -> int | None:
@@ -187,23 +244,32 @@ def _parse_day(text: str, key: str) -> int | None:
 
 
 def parse_key(key: str) -> ParsedKey:
-    """Parse a hotset key; :class:`NoSuchFile` unless it is exactly what this scheme writes."""
+    """Parse a key; :class:`NoSuchFile` unless it is exactly what this scheme writes."""
     parsed: ParsedKey
     try:
         if match := _DATA.fullmatch(key):
-            cluster, topic, partition, day, start, end = match.groups()
+            cluster, namespace, topic, partition, day, start, end = match.groups()
             parsed = DataKey(
-                cluster, unquote(topic), int(partition), _parse_day(day, key), int(start), int(end)
+                cluster,
+                unquote(topic),
+                int(partition),
+                _parse_day(day, key),
+                int(start),
+                int(end),
+                namespace,
             )
+        elif match := _COLD_FILE.fullmatch(key):
+            cluster, namespace, topic, path = match.groups()
+            parsed = ColdFileKey(cluster, unquote(topic), path, namespace)
         elif match := _MANIFEST.fullmatch(key):
-            cluster, topic, digest = match.groups()
-            parsed = ManifestKey(cluster, unquote(topic), digest)
+            cluster, namespace, topic, digest = match.groups()
+            parsed = ManifestKey(cluster, unquote(topic), digest, namespace)
         elif match := _MANIFEST_LIST.fullmatch(key):
-            cluster, topic, snapshot, digest = match.groups()
-            parsed = ManifestListKey(cluster, unquote(topic), int(snapshot), digest)
+            cluster, namespace, topic, snapshot, digest = match.groups()
+            parsed = ManifestListKey(cluster, unquote(topic), int(snapshot), digest, namespace)
         elif match := _METADATA.fullmatch(key):
-            cluster, topic, snapshot = match.groups()
-            parsed = MetadataKey(cluster, unquote(topic), int(snapshot))
+            cluster, namespace, topic, snapshot = match.groups()
+            parsed = MetadataKey(cluster, unquote(topic), int(snapshot), namespace)
         else:
             raise NoSuchFile(f"no such key {key!r}")
         canonical = parsed.key  # re-encoding must give the key back (strict, one spelling)

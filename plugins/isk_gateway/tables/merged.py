@@ -1,0 +1,169 @@
+"""The ``merged`` namespace: a topic's coldset rows plus its Kafka records beyond the boundary.
+
+LoadTable reads the coldset's current snapshot (its files and its boundary, the next offset per
+partition the pipeline copied), then the hotset chunks of every partition from
+``max(boundary, log start)`` up to the last stable offset. Offsets below the boundary that Kafka
+still holds are skipped (the cold copy wins), so no record appears twice; a record acked before
+LoadTable is in the snapshot. One snapshot lists the coldset's data files (gateway keys proxied
+from the lake) and the hotset's (synthesized from Kafka); its id hashes both states.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pyiceberg.partitioning import PartitionSpec
+
+from bergstream.core.metrics import ISK_LOAD_TABLES, PIPELINE_LAG
+from bergstream.core.row_contract import (
+    BOUNDARY_PROPERTY,
+    PARTITION_SPEC,
+    ROW_SCHEMA,
+    SORT_ORDER,
+    RowContractError,
+    check_schema,
+    format_boundary,
+)
+from bergstream.plugins.isk_gateway.provider import (
+    LoadedTable,
+    NoSuchNamespace,
+    NoSuchTable,
+    TableNotServable,
+)
+from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider, ColdSnapshot
+from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
+from bergstream.plugins.isk_gateway.tables.kafka_reader import PartitionOffsets
+from bergstream.plugins.isk_gateway.tables.metadata import (
+    HOTSET_OFFSETS_PROPERTY,
+    ManifestGroup,
+    SnapshotPlan,
+    build_metadata,
+    chunks_timestamp_ms,
+    hotset_groups,
+    snapshot_id_of,
+)
+from bergstream.plugins.isk_gateway.tables.paths import MERGED
+
+__all__ = ["MergedProvider"]
+
+
+def _same_spec(a: PartitionSpec, b: PartitionSpec) -> bool:
+    """Whether two specs partition the same way (source columns and transforms, in order)."""
+    return [(f.source_id, str(f.transform)) for f in a.fields] == [
+        (f.source_id, str(f.transform)) for f in b.fields
+    ]
+
+
+class MergedProvider:
+    """Serves the ``merged`` namespace over a hotset and a coldset provider."""
+
+    def __init__(self, hotset: HotsetProvider, coldset: ColdsetProvider) -> None:
+        self.hotset = hotset
+        self.coldset = coldset
+        self.cluster = hotset.cluster
+        self.bucket = hotset.bucket
+
+    async def list_tables(self, namespace: str) -> list[str]:
+        """Topics in Kafka or in the coldset."""
+        self._check_namespace(namespace)
+        hot, cold = await asyncio.gather(self.hotset.source.topics(), self.coldset.topics())
+        return sorted(set(hot) | set(cold))
+
+    async def load_table(self, namespace: str, table: str) -> LoadedTable:
+        """The merged table of topic ``table`` as of now."""
+        self._check_namespace(namespace)
+        if table.startswith("__"):
+            raise NoSuchTable(f"{table!r} is an internal topic, not served as a table")
+        cold = await self.coldset.snapshot(table)
+        if cold is not None:
+            try:
+                check_schema(cold.schema)
+            except RowContractError as error:
+                raise TableNotServable(
+                    f"merged.{table}: the coldset table's schema is not the row contract "
+                    f"({error}); query coldset.{table} and hotset.{table} separately"
+                ) from error
+        try:
+            offsets = await self.hotset.source.offsets(table)
+        except NoSuchTable:
+            if cold is None:
+                raise
+            offsets = {}
+        boundary = cold.boundary if cold is not None else {}
+        chunks = await self.hotset.live_chunks(table, offsets, boundary)
+        self._record_lag(table, offsets, boundary)
+        hot_spec = self._hot_spec(table, cold)
+        hot_groups = [
+            ManifestGroup(hot_spec, list(group.files))
+            for group in hotset_groups(self.bucket, self.cluster, chunks, MERGED)
+        ]
+        for group in hot_groups:
+            for file in group.files:
+                file.spec_id = hot_spec.spec_id
+        end_offsets = {p: o.last_stable for p, o in offsets.items()}
+        groups = (cold.groups[MERGED] if cold else []) + hot_groups
+        has_rows = any(group.files for group in groups)
+        state_topic = f"{table}\x00{cold.snapshot_id if cold else 0}\x00{format_boundary(boundary)}"
+        summary = {HOTSET_OFFSETS_PROPERTY: format_boundary(end_offsets)}
+        if boundary:
+            summary[BOUNDARY_PROPERTY] = format_boundary(boundary)
+        plan = SnapshotPlan(
+            namespace=MERGED,
+            topic=table,
+            snapshot_id=snapshot_id_of(state_topic, chunks, end_offsets) if has_rows else None,
+            timestamp_ms=max(chunks_timestamp_ms(chunks), cold.timestamp_ms if cold else 0),
+            groups=groups,
+            summary=summary,
+            schema=cold.schema if cold else ROW_SCHEMA,
+            specs=cold.specs if cold else [PARTITION_SPEC],
+            default_spec_id=cold.default_spec_id if cold else PARTITION_SPEC.spec_id,
+            sort_order=cold.sort_order if cold else SORT_ORDER,
+        )
+        built = await asyncio.to_thread(build_metadata, self.bucket, self.cluster, plan)
+        cold_sizes = cold.sizes[MERGED] if cold else None
+        await self.hotset.keep_built(MERGED, table, built, chunks, cold_sizes)
+        ISK_LOAD_TABLES.labels(self.cluster, MERGED).inc()
+        return LoadedTable(built.metadata_location, built.metadata)
+
+    def _hot_spec(self, table: str, cold: ColdSnapshot | None) -> PartitionSpec:
+        """The coldset's spec that partitions like the hotset (so both share it)."""
+        if cold is None:
+            return PARTITION_SPEC
+        for spec in cold.specs:
+            if _same_spec(spec, PARTITION_SPEC):
+                return spec
+        raise TableNotServable(
+            f"merged.{table}: no partition spec of the coldset table partitions like the hotset "
+            "(kafka_partition, day(kafka_timestamp)); query coldset and hotset separately"
+        )
+
+    def _record_lag(
+        self, table: str, offsets: dict[int, PartitionOffsets], boundary: dict[int, int]
+    ) -> None:
+        for partition, part in offsets.items():
+            lag = part.high_watermark - boundary.get(partition, 0)
+            PIPELINE_LAG.labels(self.cluster, table, str(partition)).set(max(lag, 0))
+
+    # Merged tables have metadata files only (their data files are hotset and coldset keys);
+    # those are kept in the store the hotset provider serves from.
+
+    async def file_size(self, key: str) -> int:
+        """Size of a merged metadata file."""
+        return await self.hotset.file_size(key)
+
+    async def read_file(self, key: str) -> bytes:
+        """A merged metadata file."""
+        return await self.hotset.read_file(key)
+
+    async def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of a merged metadata file."""
+        return await self.hotset.read_range(key, start, end)
+
+    async def list_keys(self, prefix: str, limit: int) -> list[tuple[str, int]]:
+        """Keys of loaded tables under ``prefix``."""
+        return await self.hotset.list_keys(prefix, limit)
+
+    @staticmethod
+    def _check_namespace(namespace: str) -> None:
+        if namespace != MERGED:
+            raise NoSuchNamespace(f"no namespace {namespace!r} (this provider serves {MERGED!r})")

@@ -1,0 +1,126 @@
+"""One :class:`~bergstream.plugins.isk_gateway.provider.TableProvider` over the three namespaces.
+
+Catalog calls go to the provider of their namespace; file calls to the provider of the key's
+namespace (every key names it, see :mod:`.paths`). A metadata file that is neither in memory nor
+in the cache (a restart with a fresh cache, an evicted entry) is rebuilt by loading its table
+again: the same state gives the same files, so a key from before the restart is found again as
+long as the table has not changed since.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from bergstream.plugins.isk_gateway.provider import (
+    LoadedTable,
+    NoSuchFile,
+    NoSuchNamespace,
+    TableProvider,
+)
+from bergstream.plugins.isk_gateway.tables.files import FileStore
+from bergstream.plugins.isk_gateway.tables.paths import (
+    COLDSET,
+    HOTSET,
+    ColdFileKey,
+    DataKey,
+    key_namespace,
+    parse_key,
+)
+
+__all__ = ["NamespaceRouter"]
+
+#: A table is reloaded to rebuild a missing metadata file at most this often.
+_RELOAD_SECONDS = 1.0
+
+
+class NamespaceRouter:
+    """Serves ``providers`` (namespace -> provider) as one gateway."""
+
+    def __init__(self, providers: dict[str, TableProvider], store: FileStore) -> None:
+        self.providers = providers
+        self.store = store
+        self._reloaded: dict[tuple[str, str], float] = {}
+
+    def _provider(self, namespace: str) -> TableProvider:
+        provider = self.providers.get(namespace)
+        if provider is None:
+            raise NoSuchNamespace(
+                f"no namespace {namespace!r} (served: {', '.join(self.providers)})"
+            )
+        return provider
+
+    async def list_namespaces(self) -> list[str]:
+        """The served namespaces."""
+        return list(self.providers)
+
+    async def list_tables(self, namespace: str) -> list[str]:
+        """Tables of ``namespace``."""
+        return await self._provider(namespace).list_tables(namespace)
+
+    async def load_table(self, namespace: str, table: str) -> LoadedTable:
+        """Fresh metadata of ``namespace.table``."""
+        return await self._provider(namespace).load_table(namespace, table)
+
+    def _file_provider(self, key: str) -> tuple[TableProvider, str, bool]:
+        """The provider serving ``key``, the key it knows the file by, and whether it is a
+        metadata file. A merged table's data keys are aliases of hotset and coldset keys."""
+        parsed = parse_key(key)
+        if isinstance(parsed, DataKey):
+            namespace, target = HOTSET, dataclasses.replace(parsed, namespace=HOTSET).key
+        elif isinstance(parsed, ColdFileKey):
+            namespace, target = COLDSET, dataclasses.replace(parsed, namespace=COLDSET).key
+        else:
+            namespace, target = key_namespace(parsed), key
+        provider = self.providers.get(namespace)
+        if provider is None:
+            raise NoSuchFile(f"no such key {key!r} (namespace {namespace!r} is not served)")
+        return provider, target, not isinstance(parsed, DataKey | ColdFileKey)
+
+    async def _reload_for(self, key: str) -> bool:
+        """Load the table of metadata key ``key`` again (rate-limited); whether it was."""
+        parsed = parse_key(key)
+        namespace = key_namespace(parsed)
+        last = self._reloaded.get((namespace, parsed.topic), 0.0)
+        if time.monotonic() - last < _RELOAD_SECONDS:
+            return False
+        self._reloaded[(namespace, parsed.topic)] = time.monotonic()
+        try:
+            await self.load_table(namespace, parsed.topic)
+        except LookupError:
+            return False
+        return True
+
+    async def file_size(self, key: str) -> int:
+        """Size of the file at ``key``."""
+        provider, target, is_metadata = self._file_provider(key)
+        try:
+            return await provider.file_size(target)
+        except NoSuchFile:
+            if is_metadata and await self._reload_for(key):
+                return await provider.file_size(target)
+            raise
+
+    async def read_file(self, key: str) -> bytes:
+        """The file at ``key``."""
+        provider, target, is_metadata = self._file_provider(key)
+        try:
+            return await provider.read_file(target)
+        except NoSuchFile:
+            if is_metadata and await self._reload_for(key):
+                return await provider.read_file(target)
+            raise
+
+    async def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the file at ``key``."""
+        provider, target, is_metadata = self._file_provider(key)
+        try:
+            return await provider.read_range(target, start, end)
+        except NoSuchFile:
+            if is_metadata and await self._reload_for(key):
+                return await provider.read_range(target, start, end)
+            raise
+
+    async def list_keys(self, prefix: str, limit: int) -> list[tuple[str, int]]:
+        """Keys of every loaded table's current snapshot under ``prefix``."""
+        return self.store.list_keys(prefix, limit)

@@ -1,0 +1,225 @@
+"""``hotset``, ``coldset`` and ``merged`` of one topic, half of it copied into the coldset by the
+pipeline and the oldest part deleted from Kafka, read through ``bergstream run``'s ``isk``
+service by PyIceberg, DuckDB and Spark, unmodified."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.isk_e2e.helpers import Gateway, duckdb_extension_paths, produce, start_gateway
+from tests.ksi.stack_kit import delete_records_below, lake_yaml, run_pipeline_once
+from tests.support import consume_rows, sort_rows
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 2
+COLD = 30  # records per partition the pipeline copies
+DELETED = 20  # records per partition then deleted from Kafka (below the boundary)
+HOT = 20  # records per partition produced after the pipeline ran
+START = dt.datetime(2024, 3, 1, 20, 0, tzinfo=dt.UTC)
+
+
+def records(first: int, count: int) -> list[dict[str, Any]]:
+    """``count`` records per partition, one every 11 minutes from ``first``: they span days."""
+    out = []
+    for i in range(first, first + count):
+        for partition in range(PARTITIONS):
+            stamp = START + dt.timedelta(minutes=11 * i)
+            out.append(
+                {
+                    "partition": partition,
+                    "key": None if i % 4 == 0 else b"k%d" % i,
+                    "value": None if i % 9 == 0 else b"value-%d-%d" % (partition, i),
+                    "headers": [("h", b"%d" % i), ("h", None)][: i % 3] or None,
+                    "timestamp": int(stamp.timestamp() * 1000),
+                }
+            )
+    return out
+
+
+@dataclass
+class Stage:
+    """The module's topic, its gateway, and every record it ever held, as rows."""
+
+    gateway: Gateway
+    topic: str
+    all_rows: list[dict[str, Any]]
+    config: Path
+
+
+@pytest.fixture(scope="module")
+def stage(
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Stage]:
+    workdir = tmp_path_factory.mktemp("isk-merged")
+    topic = new_topic(partitions=PARTITIONS)
+    produce(kafka_bootstrap, topic, records(0, COLD))
+    lake = lake_yaml(workdir / "home", kafka_bootstrap)
+    gateway = start_gateway(kafka_bootstrap, workdir, chunk_records=7, extra=lake)
+    try:
+        summary = run_pipeline_once(workdir / "isk.yaml", topic)
+        assert summary, summary
+        produce(kafka_bootstrap, topic, records(COLD, HOT))
+        all_rows = consume_rows(kafka_bootstrap, topic, PARTITIONS * (COLD + HOT))
+        delete_records_below(kafka_bootstrap, topic, PARTITIONS, DELETED)
+        yield Stage(gateway, topic, all_rows, workdir / "isk.yaml")
+    finally:
+        code = gateway.process.stop()
+        print(gateway.process.log()[-20000:], file=sys.stderr)  # shown when a test failed
+        assert code == 0, f"bergstream run exited with {code}:\n{gateway.process.log()}"
+
+
+def pyiceberg_rows(stage: Stage, namespace: str) -> list[dict[str, Any]]:
+    table = stage.gateway.catalog().load_table(f"{namespace}.{stage.topic}")
+    return sort_rows(table.scan().to_arrow().to_pylist())
+
+
+def test_namespaces_and_tables_are_listed(stage: Stage) -> None:
+    catalog = stage.gateway.catalog()
+    assert {("hotset",), ("coldset",), ("merged",)} <= set(catalog.list_namespaces())
+    for namespace in ("hotset", "coldset", "merged"):
+        assert (namespace, stage.topic) in catalog.list_tables(namespace)
+
+
+def test_pyiceberg_reads_each_namespace(stage: Stage) -> None:
+    cold = [r for r in stage.all_rows if r["kafka_offset"] < COLD]
+    hot = [r for r in stage.all_rows if r["kafka_offset"] >= DELETED]
+    assert pyiceberg_rows(stage, "coldset") == cold
+    assert pyiceberg_rows(stage, "hotset") == hot
+    merged = pyiceberg_rows(stage, "merged")
+    assert merged == stage.all_rows  # cold below the boundary, Kafka above it, no duplicate
+    assert len({(r["kafka_partition"], r["kafka_offset"]) for r in merged}) == len(merged)
+
+
+def test_merged_snapshot_records_the_boundary_and_is_stable(stage: Stage) -> None:
+    first = stage.gateway.catalog().load_table(f"merged.{stage.topic}")
+    second = stage.gateway.catalog().load_table(f"merged.{stage.topic}")
+    assert first.metadata_location == second.metadata_location
+    assert first.metadata == second.metadata
+    summary = first.metadata.current_snapshot().summary
+    assert summary["bergstream.kafka-offsets"] == f'{{"0":{COLD},"1":{COLD}}}'
+    assert summary["total-records"] == str(len(stage.all_rows))
+
+
+def test_merged_pruning_by_offset_reads_only_hot_files(stage: Stage) -> None:
+    from pyiceberg.expressions import GreaterThanOrEqual
+
+    table = stage.gateway.catalog().load_table(f"merged.{stage.topic}")
+    tasks = list(table.scan(row_filter=GreaterThanOrEqual("kafka_offset", COLD)).plan_files())
+    assert tasks and all("/data/p=" in task.file.file_path for task in tasks)
+    cold_tasks = list(table.scan(row_filter=GreaterThanOrEqual("kafka_offset", 0)).plan_files())
+    assert any("/files/" in task.file.file_path for task in cold_tasks)
+
+
+def test_zero_lag_on_merged(stage: Stage, kafka_bootstrap: str) -> None:
+    from pyiceberg.expressions import EqualTo
+
+    for i in range(100):
+        marker = b"now-%d-%s" % (i, uuid.uuid4().hex.encode())
+        produce(kafka_bootstrap, stage.topic, [{"partition": i % 2, "value": marker}])
+        table = stage.gateway.catalog().load_table(f"merged.{stage.topic}")
+        found = table.scan(row_filter=EqualTo("kafka_value", marker)).to_arrow()
+        assert found.num_rows == 1, f"round {i}: the record acked before the query is missing"
+
+
+def duckdb_connection() -> Any:
+    extensions = duckdb_extension_paths()
+    if extensions is None:
+        pytest.fail("duckdb==1.5.5 and its extension wheels are missing: run scripts/setup")
+    import duckdb
+
+    connection = duckdb.connect(
+        config={
+            "allow_unsigned_extensions": "true",
+            "autoinstall_known_extensions": "false",
+            "autoload_known_extensions": "false",
+        }
+    )
+    for path in extensions.values():
+        connection.execute(f"LOAD '{path}'")
+    return connection
+
+
+def test_duckdb_reads_each_namespace(stage: Stage) -> None:
+    connection = duckdb_connection()
+    try:
+        connection.execute(
+            f"ATTACH '' AS isk (TYPE iceberg, ENDPOINT '{stage.gateway.catalog_url}', "
+            "AUTHORIZATION_TYPE 'none')"
+        )
+        counts = {}
+        for namespace in ("coldset", "hotset", "merged"):
+            counts[namespace] = connection.execute(
+                "SELECT count(*), count(DISTINCT (kafka_partition, kafka_offset)), "
+                f'sum(kafka_offset), count(kafka_value) FROM isk.{namespace}."{stage.topic}"'
+            ).fetchone()
+    finally:
+        connection.close()
+    merged_now = pyiceberg_rows(stage, "merged")  # zero-lag rounds may have added records
+    cold = [r for r in merged_now if r["kafka_offset"] < COLD]
+    hot = [r for r in merged_now if r["kafka_offset"] >= DELETED]
+
+    def expected(rows: list[dict[str, Any]]) -> tuple[int, int, int, int]:
+        values = sum(r["kafka_value"] is not None for r in rows)
+        return (len(rows), len(rows), sum(r["kafka_offset"] for r in rows), values)
+
+    assert counts["coldset"] == expected(cold)
+    assert counts["hotset"] == expected(hot)
+    assert counts["merged"] == expected(merged_now)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    """The run's one Spark session, stopped at the end only if this module started it."""
+    from pyspark import SparkContext
+
+    from bergstream.pipeline.session import build_session
+
+    started = SparkContext._active_spark_context is None
+    session = build_session({"spark.driver.memory": "1g"})
+    try:
+        yield session
+    finally:
+        if started:
+            session.stop()
+
+
+def test_spark_reads_each_namespace_and_metadata_tables(spark: Any, stage: Stage) -> None:
+    name = f"isk_{uuid.uuid4().hex[:8]}"
+    prefix = f"spark.sql.catalog.{name}"
+    spark.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
+    spark.conf.set(f"{prefix}.type", "rest")
+    spark.conf.set(f"{prefix}.uri", stage.gateway.catalog_url)
+    spark.conf.set(f"{prefix}.io-impl", "org.apache.iceberg.aws.s3.S3FileIO")
+    spark.conf.set(f"{prefix}.cache-enabled", "false")
+    merged_now = pyiceberg_rows(stage, "merged")
+    sums = {}
+    for namespace in ("coldset", "hotset", "merged"):
+        table = f"{name}.{namespace}.`{stage.topic}`"
+        row = spark.sql(
+            "SELECT count(*) AS n, count(DISTINCT kafka_partition, kafka_offset) AS d, "
+            f"sum(kafka_offset) AS s FROM {table}"
+        ).first()
+        sums[namespace] = (row.n, row.d, row.s)
+    cold = [r for r in merged_now if r["kafka_offset"] < COLD]
+    hot = [r for r in merged_now if r["kafka_offset"] >= DELETED]
+    for namespace, rows in (("coldset", cold), ("hotset", hot), ("merged", merged_now)):
+        offsets = sum(r["kafka_offset"] for r in rows)
+        assert sums[namespace] == (len(rows), len(rows), offsets), namespace
+    table = f"{name}.merged.`{stage.topic}`"
+    snapshots = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").collect()
+    assert len(snapshots) == 1
+    files = spark.sql(f"SELECT file_path, record_count FROM {table}.files").collect()
+    assert sum(f.record_count for f in files) == len(merged_now)
+    assert any("/files/" in f.file_path for f in files)
+    assert any("/data/p=" in f.file_path for f in files)
