@@ -39,12 +39,32 @@ CREATE TABLE IF NOT EXISTS chunks (
     PRIMARY KEY (topic, partition, start_offset)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS chunks_by_end ON chunks (topic, partition, end_offset);
+CREATE TABLE IF NOT EXISTS spans (
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    span INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition)
+) WITHOUT ROWID;
 """
 
 _UPSERT = "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?)"
+# The longest chunk ever put in a partition bounds how far before a range an overlapping chunk
+# can start, so a range query is one bounded scan of the primary key, not a scan of the
+# partition (see the rocksdb backend, which does the same).
+_SPAN_UPSERT = (
+    "INSERT INTO spans VALUES (?, ?, ?) "
+    "ON CONFLICT (topic, partition) DO UPDATE SET span = max(span, excluded.span)"
+)
+_SPAN_BACKFILL = (
+    "INSERT INTO spans SELECT topic, partition, max(end_offset - start_offset) FROM chunks "
+    "WHERE true GROUP BY topic, partition "
+    "ON CONFLICT (topic, partition) DO UPDATE SET span = max(span, excluded.span)"
+)
 _OVERLAPPING = (
     "SELECT topic, partition, start_offset, end_offset, row_count, size_bytes, bounds "
-    "FROM chunks WHERE topic = ? AND partition = ? AND end_offset > ? AND start_offset < ? "
+    "FROM chunks WHERE topic = ?1 AND partition = ?2 AND start_offset >= ?3 + 1 - "
+    "coalesce((SELECT span FROM spans WHERE topic = ?1 AND partition = ?2), 0) "
+    "AND start_offset < ?4 AND end_offset > ?3 "
     "ORDER BY start_offset"
 )
 _NO_END = 2**63 - 1
@@ -142,6 +162,16 @@ class SqliteIndex:
         connection = self._connection()
         connection.execute("PRAGMA journal_mode=WAL")
         connection.executescript(_SCHEMA)
+        no_spans = connection.execute("SELECT 1 FROM spans LIMIT 1").fetchone() is None
+        if no_spans and connection.execute("SELECT 1 FROM chunks LIMIT 1").fetchone():
+            # A file written before spans were kept: derive them once.
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                connection.execute(_SPAN_BACKFILL)
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
 
     def _connection(self) -> sqlite3.Connection:
         if self._closed:
@@ -164,8 +194,13 @@ class SqliteIndex:
             return
         connection = self._connection()
         connection.execute("BEGIN IMMEDIATE")
+        spans: dict[tuple[str, int], int] = {}
+        for entry in entries:
+            key = (entry.topic, entry.partition)
+            spans[key] = max(spans.get(key, 0), entry.end_offset - entry.start_offset)
         try:
             connection.executemany(_UPSERT, rows)
+            connection.executemany(_SPAN_UPSERT, [(t, p, span) for (t, p), span in spans.items()])
         except BaseException:
             connection.execute("ROLLBACK")
             raise

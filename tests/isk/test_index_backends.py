@@ -127,3 +127,31 @@ def test_the_plugin_registers_sqlite_with_a_typed_config(tmp_path: Path) -> None
     assert explicit.path == tmp_path / "x.db"
     with pytest.raises(ValidationError, match="pth"):
         registration.config_model.model_validate({"pth": "x"})
+
+
+def test_a_file_without_spans_gets_them_on_open(tmp_path: Path) -> None:
+    """Files written before spans were kept: opening derives them, so a long chunk that starts
+    well before a range is still found."""
+    path = tmp_path / "i.sqlite"
+    index = SqliteIndex(path)
+    index.put_chunks([chunk(0, 1000), chunk(1000, 1010)])
+    index.close()
+    with sqlite3.connect(path) as connection:
+        connection.execute("DELETE FROM spans")
+    reopened = SqliteIndex(path)
+    assert reopened.chunks("t", 0, 900, 901) == [chunk(0, 1000)]
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("SELECT span FROM spans").fetchall() == [(1000,)]
+    reopened.close()
+
+
+def test_a_range_query_is_one_bounded_primary_key_search(tmp_path: Path) -> None:
+    from bergstream.plugins.index_backends.sqlite_index import _OVERLAPPING
+
+    SqliteIndex(tmp_path / "i.sqlite").close()
+    with sqlite3.connect(tmp_path / "i.sqlite") as connection:
+        plan = " ".join(
+            row[3]
+            for row in connection.execute(f"EXPLAIN QUERY PLAN {_OVERLAPPING}", ("t", 0, 5, 9))
+        )
+    assert "SEARCH chunks USING PRIMARY KEY (topic=? AND partition=? AND start_offset>?" in plan
