@@ -28,6 +28,8 @@ READ_UNCOMMITTED = 0
 _LATEST = -1
 _EARLIEST = -2
 _NO_ERROR = 0
+#: The smallest fetch size asked for once a partition's record size is known.
+_MIN_FETCH_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class KafkaReader:
             request_timeout_ms=request_timeout_ms,
         )
         self._max_bytes = max_fetch_bytes
+        self._bytes_per_offset: dict[tuple[str, int], float] = {}
         self._started = False
 
     async def start(self) -> None:
@@ -152,6 +155,24 @@ class KafkaReader:
             p: PartitionOffsets(p, start[p], high[p], min(stable[p], high[p])) for p in partitions
         }
 
+    def _wanted_bytes(self, topic: str, partition: int, offsets: int) -> int:
+        """Fetch size for ``offsets`` more offsets: what they took so far (bytes per offset
+        learnt from earlier fetches of the partition) plus a margin, within bounds; a fetch
+        sized for the whole log would read far past a small chunk."""
+        ratio = self._bytes_per_offset.get((topic, partition))
+        if ratio is None:
+            return self._max_bytes
+        return int(min(self._max_bytes, max(_MIN_FETCH_BYTES, ratio * offsets * 1.25 + 4096)))
+
+    def _learn(self, topic: str, partition: int, size: int, offsets: int) -> None:
+        if offsets <= 0:
+            return
+        ratio = size / offsets
+        known = self._bytes_per_offset.get((topic, partition))
+        self._bytes_per_offset[(topic, partition)] = (
+            ratio if known is None else max(ratio, 0.5 * known + 0.5 * ratio)
+        )
+
     async def fetch(self, topic: str, partition: int, start: int, end: int) -> FetchedRange:
         """The batches holding offsets ``[start, end)`` (``end`` at most the last stable
         offset), read_committed, fetching again from the next offset until ``end`` is reached
@@ -162,12 +183,13 @@ class KafkaReader:
         offset = start
         while offset < end:
             leader = await self._leader(topic, partition)
+            wanted = self._wanted_bytes(topic, partition, end - offset)
             request = FetchRequest(
                 0,
                 1,
-                self._max_bytes,
+                wanted,
                 READ_COMMITTED,
-                [(topic, [(partition, offset, self._max_bytes)])],
+                [(topic, [(partition, offset, wanted)])],
             )
             try:
                 response = await self._client.send(leader, request)
@@ -186,10 +208,14 @@ class KafkaReader:
             batches = list(split_batches(records))
             if not batches:
                 break
-            size = sum(len(batch) for batch in batches)
+            # Batches starting at or past ``end`` are not part of the range: leave them out.
+            kept = [b for b in batches if int.from_bytes(b[:8], "big") < end]
+            kept = kept or batches[:1]
+            size = sum(len(batch) for batch in kept)
             blob += records[:size]
-            next_offset = DefaultRecordBatch(bytes(batches[-1])).next_offset
+            next_offset = DefaultRecordBatch(bytes(kept[-1])).next_offset
             if next_offset <= offset:
                 break
+            self._learn(topic, partition, size, next_offset - offset)
             offset = next_offset
         return FetchedRange(bytes(blob), tuple(sorted(aborted)))
