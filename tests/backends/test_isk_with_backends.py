@@ -135,6 +135,7 @@ def check_acceptance(gateway: Gateway, bootstrap: str, topic: str, count: int) -
 
 
 def s3_objects(settings: S3Settings, bucket: str, prefix: str) -> list[str]:
+    """Names of the objects under ``prefix`` (none if the bucket does not exist yet)."""
     client = settings.client()
     if not client.bucket_exists(bucket):
         return []
@@ -146,6 +147,7 @@ def s3_objects(settings: S3Settings, bucket: str, prefix: str) -> list[str]:
 
 
 def redis_keys(url: str, prefix: str) -> list[bytes]:
+    """Keys under ``prefix`` in the Redis at ``url``."""
     client = redis.Redis.from_url(url, socket_connect_timeout=1)
     try:
         return list(client.scan_iter(match=f"{prefix}*", count=1000))
@@ -154,6 +156,7 @@ def redis_keys(url: str, prefix: str) -> list[bytes]:
 
 
 def s3_env(settings: S3Settings, prefix: str) -> dict[str, str]:
+    """The variables ``examples/isk-shared-cache.yaml`` reads for its cache."""
     return {
         "BERGSTREAM_S3_ENDPOINT": settings.endpoint,
         "BERGSTREAM_S3_ACCESS_KEY": settings.access_key,

@@ -36,6 +36,7 @@ def _records(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRe
 
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[OwnServer]:
+    """A Redis of this test's own, stopped at the end."""
     server = OwnServer(tmp_path / "redis-home", "redis")
     server.start()
     try:
@@ -46,6 +47,7 @@ def own_redis(tmp_path: Path) -> Iterator[OwnServer]:
 
 @pytest.fixture
 def own_s3(tmp_path: Path) -> Iterator[OwnServer]:
+    """A SeaweedFS of this test's own, stopped at the end."""
     server = OwnServer(tmp_path / "s3-home", "s3")
     server.start()
     try:

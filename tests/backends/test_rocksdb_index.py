@@ -37,6 +37,7 @@ class TestRocksdbConformance(IndexConformance):
 
     @pytest.fixture
     def index_case(self) -> IndexCase:
+        """The case every inherited test runs."""
         return CASE
 
 

@@ -42,6 +42,9 @@ def test_conformance(check: CacheCheck, tmp_path: Path) -> None:
 
 # 2. Or inherit the ready-made class: one test method per check, the case as a fixture.
 class TestSqliteCacheConformance(CacheConformance):
+    """One test per cache check, all on :data:`CASE`."""
+
     @pytest.fixture
     def cache_case(self) -> CacheCase:
+        """The case every inherited test runs."""
         return CASE
