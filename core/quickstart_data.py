@@ -1,0 +1,219 @@
+"""The quickstart's demo data on Kafka: a ``payments`` topic with JSON payments spread over the
+last day, produced fast in whole record batches, and the cold part deleted as retention would.
+Every client here is aiokafka (a runtime dependency)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = [
+    "CURRENCIES",
+    "Payment",
+    "delete_below",
+    "kafka_offsets",
+    "payment_value",
+    "payments",
+    "produce_one",
+    "produce_payments",
+    "recreate_topic",
+]
+
+CURRENCIES = ("EUR", "USD", "GBP", "CHF", "SEK")
+_METHODS = ("card", "sepa", "wallet")
+_CUSTOMERS = 3000
+_BATCH_BYTES = 512 * 1024  # well below the broker's message.max.bytes (1 MB)
+
+
+@dataclass(frozen=True)
+class Payment:
+    """One record of the demo topic."""
+
+    index: int
+    partition: int
+    timestamp_ms: int
+    key: bytes
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+
+
+def payment_value(payment_id: str, customer: int, amount: float, currency: str) -> bytes:
+    """The JSON value of a payment record."""
+    return json.dumps(
+        {
+            "id": payment_id,
+            "customer": f"customer-{customer:04d}",
+            "amount": amount,
+            "currency": currency,
+            "method": _METHODS[customer % len(_METHODS)],
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def payments(
+    start: int, stop: int, total: int, first_ms: int, span_ms: int, partitions: int
+) -> Iterator[Payment]:
+    """Payments ``start`` to ``stop - 1`` of ``total`` spread evenly over ``span_ms`` from
+    ``first_ms`` (CreateTime), keyed by customer; a customer's payments share a partition."""
+    for index in range(start, stop):
+        rng = random.Random(index)
+        customer = rng.randrange(_CUSTOMERS)
+        amount = round(rng.lognormvariate(3.5, 1.0), 2)
+        currency = CURRENCIES[rng.randrange(len(CURRENCIES))]
+        headers: tuple[tuple[str, bytes], ...] = (
+            ("content-type", b"application/json"),
+            ("source", b"bergstream-quickstart"),
+        )
+        if index % 10 == 0:
+            headers += (("retry", b"1"),)
+        yield Payment(
+            index=index,
+            partition=customer % partitions,
+            timestamp_ms=first_ms + index * span_ms // total,
+            key=f"customer-{customer:04d}".encode(),
+            value=payment_value(f"pay-{index:07d}", customer, amount, currency),
+            headers=headers,
+        )
+
+
+async def recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Delete ``topic`` if it exists and create it anew with ``partitions`` partitions and no
+    time retention (its records carry timestamps up to a day old)."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import TopicAlreadyExistsError
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        if topic in await admin.list_topics():
+            await admin.delete_topics([topic])
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                await admin.create_topics(
+                    [
+                        NewTopic(
+                            topic,
+                            num_partitions=partitions,
+                            replication_factor=1,
+                            topic_configs={"retention.ms": "-1", "retention.bytes": "-1"},
+                        )
+                    ]
+                )
+                return
+            except TopicAlreadyExistsError:  # the deletion is still under way
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"topic {topic} was not deleted within 60 s") from None
+                await asyncio.sleep(0.5)
+    finally:
+        await admin.close()
+
+
+async def produce_payments(bootstrap: str, topic: str, records: Iterator[Payment]) -> int:
+    """Produce ``records`` in whole record batches per partition (idempotent, acks=all) and
+    wait for every ack; returns how many were produced."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.producer.message_accumulator import BatchBuilder
+
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        max_batch_size=_BATCH_BYTES,
+        linger_ms=5,
+    )
+    await producer.start()
+    count = 0
+    pending: list[asyncio.Future[object]] = []
+    batches: dict[int, BatchBuilder] = {}
+    try:
+
+        async def send(partition: int) -> None:
+            batch = batches.pop(partition)
+            batch.close()
+            pending.append(await producer.send_batch(batch, topic, partition=partition))
+
+        for record in records:
+            while True:
+                batch = batches.get(record.partition)
+                if batch is None:
+                    batch = batches[record.partition] = producer.create_batch()
+                meta = batch.append(
+                    key=record.key,
+                    value=record.value,
+                    timestamp=record.timestamp_ms,
+                    headers=list(record.headers),
+                )
+                if meta is not None:
+                    break
+                await send(record.partition)
+            count += 1
+        for partition in list(batches):
+            await send(partition)
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return count
+
+
+async def produce_one(bootstrap: str, topic: str, payment: Payment) -> tuple[int, int]:
+    """Produce one record and wait for its ack; returns its (partition, offset)."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        meta = await producer.send_and_wait(
+            topic,
+            key=payment.key,
+            value=payment.value,
+            partition=payment.partition,
+            timestamp_ms=payment.timestamp_ms,
+            headers=list(payment.headers),
+        )
+    finally:
+        await producer.stop()
+    return meta.partition, meta.offset
+
+
+async def kafka_offsets(
+    bootstrap: str, topic: str, partitions: int
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Kafka's (log start, end offset) per partition of ``topic``, as the broker reports them."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        starts = await consumer.beginning_offsets(tps)
+        ends = await consumer.end_offsets(tps)
+    finally:
+        await consumer.stop()
+    return (
+        {tp.partition: offset for tp, offset in starts.items()},
+        {tp.partition: offset for tp, offset in ends.items()},
+    )
+
+
+async def delete_below(bootstrap: str, topic: str, boundary: dict[int, int]) -> dict[int, int]:
+    """Kafka's DeleteRecords, as retention would: every partition's log start moves to its
+    boundary offset. Returns the new log start per partition."""
+    from aiokafka import TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        result = await admin.delete_records(
+            {TopicPartition(topic, p): RecordsToDelete(offset) for p, offset in boundary.items()},
+            timeout_ms=60_000,
+        )
+    finally:
+        await admin.close()
+    return {tp.partition: low for tp, low in result.items()}
