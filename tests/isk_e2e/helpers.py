@@ -32,7 +32,11 @@ class Gateway:
 
 
 def start_gateway(
-    kafka_bootstrap: str, workdir: Path, chunk_records: int, extra: str = ""
+    kafka_bootstrap: str,
+    workdir: Path,
+    chunk_records: int,
+    extra: str = "",
+    index_interval_seconds: float = 30,
 ) -> Gateway:
     """Write a config with free ports under ``workdir`` (plus ``extra`` top-level YAML, e.g. a
     ``lake:`` section) and run it; wait for the ready line."""
@@ -48,6 +52,7 @@ def start_gateway(
                   cluster: e2e
                   kafka_bootstrap: "{kafka_bootstrap}"
                   chunk_records: {chunk_records}
+                  index_interval_seconds: {index_interval_seconds}
                   http:
                     catalog_port: {catalog_port}
                     s3_port: {s3_port}

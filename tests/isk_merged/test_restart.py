@@ -1,0 +1,93 @@
+"""The index outlives the gateway and is built in the background; metadata files handed out
+before a restart with an empty cache are served again (rebuilt from the same state)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
+from tests.isk_e2e.helpers import ACCESS_KEY, SECRET_KEY, Gateway, produce, start_gateway
+from tests.support import consume_rows, sort_rows
+
+pytestmark = pytest.mark.slow
+
+
+def s3_get(gateway: Gateway, location: str) -> bytes:
+    import boto3
+
+    bucket, _, key = location.removeprefix("s3://").partition("/")
+    client = boto3.client(
+        "s3",
+        endpoint_url=gateway.s3_url,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name="us-east-1",
+    )
+    return client.get_object(Bucket=bucket, Key=key)["Body"].read()  # type: ignore[no-any-return]
+
+
+def stop(gateway: Gateway) -> None:
+    assert gateway.process.stop() == 0, gateway.process.log()
+
+
+def test_background_indexing_without_any_query(
+    kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = new_topic(partitions=2)
+    produce(kafka_bootstrap, topic, [{"partition": i % 2, "value": b"%d" % i} for i in range(40)])
+    gateway = start_gateway(kafka_bootstrap, tmp_path, chunk_records=6, index_interval_seconds=0.5)
+    try:
+        index = SqliteIndex(tmp_path / "index.sqlite")
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                chunks = [index.chunks(topic, p) for p in (0, 1)]
+                ends = [max((c.end_offset for c in found), default=0) for found in chunks]
+                if ends == [18, 18]:  # 20 offsets per partition: 3 sealed chunks of 6 each
+                    break
+                assert time.monotonic() < deadline, f"index not built in the background: {ends}"
+                time.sleep(0.2)
+        finally:
+            index.close()
+    finally:
+        stop(gateway)
+    assert f"index of {topic} brought up to date" in gateway.process.log()
+
+
+def test_metadata_from_before_a_restart_is_served_after_it(
+    kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = new_topic(partitions=2)
+    produce(kafka_bootstrap, topic, [{"partition": i % 2, "value": b"%d" % i} for i in range(30)])
+    expected = consume_rows(kafka_bootstrap, topic, 30)
+    first = start_gateway(kafka_bootstrap, tmp_path, chunk_records=4)
+    try:
+        table = first.catalog().load_table(f"hotset.{topic}")
+        location = table.metadata_location
+        before = s3_get(first, location)
+    finally:
+        stop(first)
+    shutil.rmtree(tmp_path / "cache")  # a restart with an empty cache, the same index
+    second = start_gateway(kafka_bootstrap, tmp_path, chunk_records=4)
+    try:
+        assert s3_get(second, location) == before
+        from pyiceberg.table import StaticTable
+
+        static = StaticTable.from_metadata(
+            location,
+            {
+                "s3.endpoint": second.s3_url,
+                "s3.access-key-id": ACCESS_KEY,
+                "s3.secret-access-key": SECRET_KEY,
+                "s3.region": "us-east-1",
+                "s3.path-style-access": "true",
+            },
+        )
+        assert sort_rows(static.scan().to_arrow().to_pylist()) == expected
+    finally:
+        stop(second)
