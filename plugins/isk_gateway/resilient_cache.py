@@ -9,8 +9,9 @@ S3 server does not add a connection timeout to every request; the first call tha
 puts the backend back in use.
 
 A ``ValueError`` from a backend (a key it refuses, an entry above its size limit, such as the
-``redis`` backend's ``max_entry_bytes``) is not an outage: that entry is simply not cached, and
-this is logged as a warning once per key (up to a bound), not per request.
+``redis`` backend's ``max_entry_bytes``) is not an outage: that entry is simply not cached. The
+first refusal is logged as a warning with the backend's message (naming key, size and setting);
+later ones at most once a minute, with how many entries were refused since.
 
 Lookups are counted in ``bergstream_cache_requests{backend, result}``: ``hit``, ``miss``, or
 ``error`` (the backend failed, or was skipped because it is down).
@@ -21,7 +22,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -33,7 +33,7 @@ __all__ = ["ResilientCache"]
 log = logging.getLogger("bergstream.isk.cache")
 
 T = TypeVar("T")
-_REFUSED_KEYS_REMEMBERED = 1024
+_REFUSAL_LOG_SECONDS = 60.0
 
 
 class ResilientCache:
@@ -59,7 +59,9 @@ class ResilientCache:
         self._down_since: float | None = None
         self._next_try = 0.0
         self._skipped = 0
-        self._refused: OrderedDict[str, None] = OrderedDict()
+        self._refused_since_log = 0
+        self._next_refusal_log: float | None = None
+        self.refused = 0  # entries the backend refused (ValueError), for tests and diagnostics
         self.failures = 0  # calls that raised (outages), for tests and diagnostics
         self._hits = CACHE_REQUESTS.labels(backend=name, result="hit")
         self._misses = CACHE_REQUESTS.labels(backend=name, result="miss")
@@ -122,11 +124,23 @@ class ResilientCache:
 
     def _refused_entry(self, operation: str, key: str, error: ValueError) -> None:
         with self._lock:
-            if key in self._refused:
+            self.refused += 1
+            self._refused_since_log += 1
+            now = self._clock()
+            if self._next_refusal_log is not None and now < self._next_refusal_log:
                 return
-            self._refused[key] = None
-            if len(self._refused) > _REFUSED_KEYS_REMEMBERED:
-                self._refused.popitem(last=False)
+            self._next_refusal_log = now + _REFUSAL_LOG_SECONDS
+            count, self._refused_since_log = self._refused_since_log, 0
+        if count > 1:
+            log.warning(
+                "cache backend %r refused %d more entries in the last minute, e.g. %s of %r: %s",
+                self.name,
+                count,
+                operation,
+                key,
+                error,
+            )
+            return
         log.warning(
             "cache backend %r refused %s of %r; not cached: %s", self.name, operation, key, error
         )

@@ -163,10 +163,29 @@ def test_a_refused_entry_is_not_an_outage(redis_url: str, caplog: pytest.LogCapt
     for _ in range(3):
         cache.put("hotset/big.parquet", bytes(5000))  # refused: logged once, never raised
     cache.put("small", b"s")
-    assert cache.available and cache.failures == 0
+    assert cache.available and cache.failures == 0 and cache.refused == 3
     assert cache.get("hotset/big.parquet") is None and cache.get("small") == b"s"
     warnings = _records(caplog, logging.WARNING)
     assert len(warnings) == 1
     message = warnings[0].getMessage()
     assert "'hotset/big.parquet'" in message and "max_entry_bytes=2000" in message
     assert "not cached" in message
+
+
+def test_refusals_are_logged_at_most_once_a_minute(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    now = [1000.0]
+    backend = RedisCache.from_url(
+        redis_url, prefix=f"bergstream-test:{uuid.uuid4().hex}:", max_entry_bytes=2000
+    )
+    cache = ResilientCache(backend, name="redis-rate", clock=lambda: now[0])
+    for i in range(5):
+        cache.put(f"big/{i}", bytes(5000))
+    assert len(_records(caplog, logging.WARNING)) == 1
+    now[0] += 61
+    cache.put("big/last", bytes(5000))
+    warnings = [r.getMessage() for r in _records(caplog, logging.WARNING)]
+    assert len(warnings) == 2 and "refused 5 more entries" in warnings[1]
+    assert "'big/last'" in warnings[1] and cache.refused == 6 and cache.available
