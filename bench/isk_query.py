@@ -181,8 +181,8 @@ class Isk:
             raise RuntimeError(f"ISK exited with {code}:\n{running.tail()}")
 
     def counters(self) -> dict[str, float]:
-        """ISK's Prometheus counters (``name{labels}`` -> value) since the
-        process started; empty if the endpoint does not answer."""
+        """ISK's Prometheus counters and the process's CPU seconds (``name{labels}`` -> value)
+        since the process started; empty if the endpoint does not answer."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         try:
             with urllib.request.urlopen(url, timeout=30) as response:
@@ -191,7 +191,7 @@ class Isk:
             return {}
         found: dict[str, float] = {}
         for line in text.splitlines():
-            if line.startswith("bergstream_isk_") and "_total" in line:
+            if line.startswith(("bergstream_isk_", "process_cpu_seconds")) and "_total" in line:
                 name, _, value = line.rpartition(" ")
                 found[name.replace("_total", "", 1)] = float(value)
         return found
@@ -330,7 +330,7 @@ def spark_session(lake: Any, isk: Isk, driver_memory: str) -> Any:
 
 def isk_work(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """What ISK did between two :meth:`Isk.counters` snapshots: MB read from Kafka, MB of data
-    files synthesized, LoadTable calls."""
+    files synthesized, LoadTable calls, CPU seconds of the ISK process."""
 
     def delta(prefix: str, *label: str) -> float:
         return sum(
@@ -345,6 +345,7 @@ def isk_work(before: dict[str, float], after: dict[str, float]) -> dict[str, flo
             delta("bergstream_isk_synthesized_bytes", 'kind="data"') / 1e6, 1
         ),
         "load_tables": delta("bergstream_isk_load_tables"),
+        "cpu_s": round(delta("process_cpu_seconds"), 2),
     }
 
 
