@@ -114,20 +114,41 @@ class QuickstartResult:
 
 
 class _Steps:
-    """Numbered step lines with their duration: ``[3/9] title`` ... ``done in 4.2 s``."""
+    """Numbered step lines with their duration: ``[3/9] title`` ... ``done in 4.2 s``; a step
+    silent for ``quiet_seconds`` says it is still working (and ``hint``, e.g. why it may take
+    long)."""
 
-    def __init__(self, total: int, echo: Echo) -> None:
+    def __init__(self, total: int, echo: Echo, quiet_seconds: float = 20.0) -> None:
         self.total = total
         self.index = 0
         self.echo = echo
+        self.quiet_seconds = quiet_seconds
 
     @contextlib.contextmanager
-    def step(self, title: str) -> Iterator[Echo]:
+    def step(self, title: str, hint: str = "") -> Iterator[Echo]:
         self.index += 1
         self.echo(f"[{self.index}/{self.total}] {title}")
-        started = time.perf_counter()
-        yield lambda line: self.echo(_INDENT + line)
-        self.echo(f"{_INDENT}done in {time.perf_counter() - started:.1f} s")
+        started = last = time.monotonic()
+        finished = threading.Event()
+
+        def say(line: str) -> None:
+            nonlocal last
+            last = time.monotonic()
+            self.echo(_INDENT + line)
+
+        def heartbeat() -> None:
+            while not finished.wait(1.0):
+                if time.monotonic() - last >= self.quiet_seconds:
+                    say(f"... still working, {time.monotonic() - started:.0f} s{hint}")
+
+        beating = threading.Thread(target=heartbeat, daemon=True)
+        beating.start()
+        try:
+            yield say
+        finally:
+            finished.set()
+            beating.join()
+        self.echo(f"{_INDENT}done in {time.monotonic() - started:.1f} s")
 
 
 def _bergstream() -> str:
@@ -391,7 +412,10 @@ async def run_quickstart(options: QuickstartOptions, echo: Echo) -> QuickstartRe
     steps = _Steps(9, echo)
     echo(f"bergstream quickstart in {paths.home}")
 
-    with steps.step("Start the local stack: Kafka (KRaft), SeaweedFS S3, Redis") as say:
+    with steps.step(
+        "Start the local stack: Kafka (KRaft), SeaweedFS S3, Redis",
+        " (a first run downloads Kafka's jars from Maven Central)",
+    ) as say:
         env = await asyncio.to_thread(stack_up, paths.home)
         os.environ.update(env.as_dict())
         kafka = env.kafka_bootstrap
@@ -418,7 +442,10 @@ async def run_quickstart(options: QuickstartOptions, echo: Echo) -> QuickstartRe
             f"CreateTime {_when(first_ms)} .. {_when(newest)}, JSON values, keys, headers"
         )
 
-    with steps.step("Copy them into the Iceberg coldset with the lake pipeline (Spark)") as say:
+    with steps.step(
+        "Copy them into the Iceberg coldset with the lake pipeline (Spark)",
+        " (a first run downloads Spark's jars from Maven Central)",
+    ) as say:
         summary = await asyncio.to_thread(
             _run_pipeline, config_path, topic, paths.home / "logs" / "quickstart-pipeline.log", say
         )

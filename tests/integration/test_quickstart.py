@@ -27,7 +27,7 @@ from bergstream.core.quickstart_config import (
     quickstart_config,
     write_config,
 )
-from bergstream.core.quickstart_data import payments
+from bergstream.core.quickstart_data import kafka_offsets, payments
 from bergstream.core.stack import attach_process, attached_processes, stack_down
 from bergstream.core.stack.ports import free_port_block, free_ports, port_is_open
 from bergstream.core.stack.procs import pid_alive, spawn_detached
@@ -116,6 +116,23 @@ def test_stack_down_stops_an_attached_process(tmp_path: Path) -> None:
     assert stack_down(home) == []
 
 
+def test_a_quiet_step_says_it_is_still_working() -> None:
+    from bergstream.core.quickstart import _Steps
+
+    lines: list[str] = []
+    steps = _Steps(2, lines.append, quiet_seconds=0.5)
+    with steps.step("slow", " (downloading)") as say:
+        time.sleep(1.8)
+        say("result")
+    with steps.step("fast"):
+        pass
+    assert lines[0] == "[1/2] slow"
+    assert any("still working" in line and "(downloading)" in line for line in lines[1:-3])
+    assert lines[-4].strip() == "result"
+    assert re.fullmatch(r"\s+done in \d+\.\d s", lines[-3])
+    assert lines[-2:] == ["[2/2] fast", lines[-1]] and "done in 0.0 s" in lines[-1]
+
+
 def test_missing_duckdb_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(
@@ -128,21 +145,6 @@ def test_missing_duckdb_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 # --------------------------------------------------------------------------- end to end
-
-
-def _kafka_log_start(bootstrap: str, topic: str) -> dict[int, int]:
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    async def ask() -> dict[int, int]:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
-        await consumer.start()
-        try:
-            tps = [TopicPartition(topic, p) for p in range(3)]
-            return {tp.partition: o for tp, o in (await consumer.beginning_offsets(tps)).items()}
-        finally:
-            await consumer.stop()
-
-    return asyncio.run(ask())
 
 
 def _printed_instructions_work(out: str, rows: int) -> None:
@@ -270,7 +272,7 @@ def test_quickstart_runs_end_to_end(tmp_path: Path) -> None:
             [BERGSTREAM, "stack", "env"], env=env, capture_output=True, text=True, check=True
         ).stdout
         kafka = _search(r"BERGSTREAM_KAFKA_BOOTSTRAP=(\S+)", stack_env)[1]
-        assert _kafka_log_start(kafka, "payments") == boundary
+        assert asyncio.run(kafka_offsets(kafka, "payments", 3))[0] == boundary
         assert attached_processes(home)["quickstart"].running()
         assert all(port_is_open(port) for port in (catalog, s3, proxy))
     finally:
