@@ -84,9 +84,13 @@ def run_example(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., 
 
 
 def scan(gateway: Gateway, topic: str) -> list[dict[str, Any]]:
-    """A fresh LoadTable of ``hotset.<topic>`` scanned by PyIceberg."""
-    table = gateway.catalog().load_table(f"hotset.{topic}")
-    return sort_rows(table.scan().to_arrow().to_pylist())
+    """A fresh LoadTable of ``hotset.<topic>`` scanned by PyIceberg (a failure carries the
+    gateway's log)."""
+    try:
+        table = gateway.catalog().load_table(f"hotset.{topic}")
+        return sort_rows(table.scan().to_arrow().to_pylist())
+    except Exception as error:
+        raise AssertionError(f"scan failed: {error}\n{gateway.process.log()[-6000:]}") from error
 
 
 def duckdb_summary(gateway: Gateway, topic: str) -> tuple[int, int, int]:
