@@ -11,8 +11,8 @@ of the received bytes, without ever being assembled. Only frames some filter ask
 buffered whole and decoded with kio.
 
 Counting: every client request frame and every response frame written to the client is counted
-per API key (``bergstream_proxy_requests``, ``bergstream_proxy_bytes``) through counters prebound
-per virtual cluster (:mod:`.stats`): one dict lookup and an ``inc`` or two per frame.
+per API key into plain integers of the virtual cluster's :class:`~.stats.ClusterStats` (one dict
+lookup and an addition or two per frame), which the server publishes to Prometheus once a second.
 
 Order: responses reach the client in request order, whatever mix of broker answers,
 short-circuits and error responses produced them (``_slots``). Backpressure: a full client
@@ -447,8 +447,8 @@ class ProxyConnection(asyncio.Protocol):
                 if self.client_id is None:
                     self._learn_client_id(message)
                 api = counters.get(api_key) or self.stats.api(api_key)
-                api.requests.inc()
-                api.request_bytes.inc(len(message) + 4)
+                api.requests += 1
+                api.request_bytes += len(message) + 4
                 if api_key in self._chain.request_keys:
                     self._req_busy = True
                     self._spawn(self._process_request(message))
@@ -703,7 +703,7 @@ class ProxyConnection(asyncio.Protocol):
                     del self._inflight[upstream_id]
                     api_key = pending.api_key
                     api = counters.get(api_key) or self.stats.api(api_key)
-                    api.response_bytes.inc(length + 4)
+                    api.response_bytes += length + 4
                     queue.skip(8)
                     body = length - 4
                     views = queue.take_views(body)

@@ -13,6 +13,7 @@ from bergstream.core.plugins import PluginRegistry
 from bergstream.core.proxy.api import FilterFactory, FilterFactoryContext
 from bergstream.core.proxy.connection import ProxyConnection
 from bergstream.core.proxy.log import ProxyLogAdapter
+from bergstream.core.proxy.stats import PUBLISH_SECONDS, ClusterStats, cluster_stats
 from bergstream.core.proxy.tls import server_ssl_context
 from bergstream.core.proxy.upstream import TargetCluster
 
@@ -54,7 +55,8 @@ class ProxyServer:
 
     Implements the :class:`~bergstream.core.service.Service` protocol. :meth:`start` starts the
     filter factories and binds every port; :meth:`stop` closes listeners and connections, then
-    closes the factories.
+    closes the factories. While it runs, its connections' request and byte counts are published
+    to Prometheus every :data:`~.stats.PUBLISH_SECONDS`, and once more when it stops.
     """
 
     def __init__(
@@ -73,6 +75,8 @@ class ProxyServer:
         self._connections: set[ProxyConnection] = set()
         self._started_factories: list[FilterFactory[Any]] = []
         self._running = False
+        self.stats: ClusterStats = cluster_stats(cluster.name)
+        self._publisher: asyncio.Task[None] | None = None
 
     @property
     def connections(self) -> frozenset[ProxyConnection]:
@@ -95,6 +99,7 @@ class ProxyServer:
             node_id=node_id,
             filter_factories=self.filter_factories,
             on_closed=self._connections.discard,
+            stats=self.stats,
         )
         self._connections.add(connection)
         return connection
@@ -141,6 +146,7 @@ class ProxyServer:
         except BaseException:
             await self.stop()
             raise
+        self._publisher = asyncio.get_running_loop().create_task(self._publish_forever())
         last = gateway.first_broker_port() + gateway.broker_count - 1
         self.log.info(
             "listening on %s:%d (bootstrap), %d-%d (node ids %d-%d)%s; target %s",
@@ -179,4 +185,19 @@ class ProxyServer:
                     "filter factory %s failed to close", type(factory).__name__, exc_info=True
                 )
         self._started_factories.clear()
+        if self._publisher is not None:
+            self._publisher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._publisher
+            self._publisher = None
+        self.stats.publish()
         self.log.info("stopped")
+
+    async def _publish_forever(self) -> None:
+        """Publish the connections' counts to Prometheus every :data:`PUBLISH_SECONDS`."""
+        while True:
+            await asyncio.sleep(PUBLISH_SECONDS)
+            try:
+                self.stats.publish()
+            except Exception:  # a metrics bug must never stop the proxy
+                self.log.exception("publishing the proxy's metrics failed")

@@ -1,9 +1,12 @@
-"""Request and byte counters of the proxy, prebound per virtual cluster and API key.
+"""Request and byte counters of the proxy, per virtual cluster and API key.
 
-The pass-through path counts every frame, so it must not pay for ``Counter.labels(...)`` (a
-label tuple, a dict lookup under a lock) each time: :class:`ClusterStats` resolves the labelled
-children of an API key once and keeps them in a plain dict, leaving one dict lookup and a few
-``inc`` calls per frame.
+The pass-through path counts every frame, so it must not pay for ``Counter.labels(...)`` nor for
+``Counter.inc`` (a lock per call) each time. Connections add to plain integers of an
+:class:`ApiStats` (one dict lookup and an integer addition or two per frame, on the event loop's
+thread only), and :meth:`ClusterStats.publish`, run by the proxy once a second on the same
+thread and once more when it stops, adds what grew to the Prometheus counters
+(``bergstream_proxy_requests``, ``bergstream_proxy_bytes``). A scrape therefore sees the proxy's
+counts at most :data:`PUBLISH_SECONDS` late.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from bergstream.core.proxy.versions import KIO_VERSIONS, api_name
 #: create one time series per key.
 UNKNOWN_API: Final = "unknown"
 
+#: How often a running proxy adds its connections' counts to the Prometheus counters.
+PUBLISH_SECONDS: Final = 1.0
+
 
 def api_label(api_key: int) -> str:
     """The Kafka name of an API (``Fetch``, ``ListOffsets``, ...) or ``unknown``."""
@@ -28,22 +34,34 @@ def api_label(api_key: int) -> str:
 
 
 class ApiStats:
-    """The counters of one (virtual cluster, API key)."""
+    """The counts of one (virtual cluster, API): plain integers the connections add to, and the
+    labelled Prometheus counters they are published to."""
 
-    __slots__ = ("request_bytes", "requests", "response_bytes")
+    __slots__ = ("_counters", "_published", "request_bytes", "requests", "response_bytes")
 
     def __init__(self, virtual_cluster: str, api: str) -> None:
-        self.requests: Counter = PROXY_REQUESTS.labels(virtual_cluster=virtual_cluster, api_key=api)
-        self.request_bytes: Counter = PROXY_BYTES.labels(
-            virtual_cluster=virtual_cluster, api_key=api, direction="request"
+        self.requests = 0
+        self.request_bytes = 0
+        self.response_bytes = 0
+        self._counters: tuple[Counter, Counter, Counter] = (
+            PROXY_REQUESTS.labels(virtual_cluster=virtual_cluster, api_key=api),
+            PROXY_BYTES.labels(virtual_cluster=virtual_cluster, api_key=api, direction="request"),
+            PROXY_BYTES.labels(virtual_cluster=virtual_cluster, api_key=api, direction="response"),
         )
-        self.response_bytes: Counter = PROXY_BYTES.labels(
-            virtual_cluster=virtual_cluster, api_key=api, direction="response"
-        )
+        self._published = [0, 0, 0]
+
+    def publish(self) -> None:
+        """Add what the counts grew by since the last call to the Prometheus counters."""
+        counts = (self.requests, self.request_bytes, self.response_bytes)
+        for index, (counter, count) in enumerate(zip(self._counters, counts, strict=True)):
+            grown = count - self._published[index]
+            if grown:
+                counter.inc(grown)
+                self._published[index] = count
 
 
 class ClusterStats:
-    """The counters of one virtual cluster, shared by all its connections.
+    """The counts of one virtual cluster, shared by all its connections.
 
     ``by_key`` maps API key numbers to their :class:`ApiStats`; a hot loop reads it directly
     and falls back to :meth:`api` for a key not seen yet.
@@ -57,7 +75,7 @@ class ClusterStats:
         self._by_label: dict[str, ApiStats] = {}
 
     def api(self, api_key: int) -> ApiStats:
-        """The counters of ``api_key`` (created on first use; unknown keys share one set and
+        """The counts of ``api_key`` (created on first use; unknown keys share one set and
         are never added to ``by_key``, so random keys cannot grow it)."""
         found = self.by_key.get(api_key)
         if found is None:
@@ -72,12 +90,18 @@ class ClusterStats:
     def request(self, api_key: int, size: int) -> None:
         """Count one client request frame of ``size`` bytes (length prefix included)."""
         stats = self.by_key.get(api_key) or self.api(api_key)
-        stats.requests.inc()
-        stats.request_bytes.inc(size)
+        stats.requests += 1
+        stats.request_bytes += size
 
     def response(self, api_key: int, size: int) -> None:
         """Count ``size`` response bytes written to the client (length prefix included)."""
-        (self.by_key.get(api_key) or self.api(api_key)).response_bytes.inc(size)
+        (self.by_key.get(api_key) or self.api(api_key)).response_bytes += size
+
+    def publish(self) -> None:
+        """Add every API's new counts to the Prometheus counters; call it on the thread that
+        counts (the event loop's)."""
+        for stats in list(self._by_label.values()):
+            stats.publish()
 
 
 _clusters: dict[str, ClusterStats] = {}

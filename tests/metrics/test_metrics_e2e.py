@@ -22,7 +22,7 @@ from bergstream.core.stack.ports import free_port_block
 from tests.ksi.coldset_kit import make_lake, write_cold
 from tests.ksi.stack_kit import delete_records_below, lake_yaml, make_records, produce
 from tests.metrics.scrape import scrape, total
-from tests.support import start_bergstream_run
+from tests.support import start_bergstream_run, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -104,6 +104,9 @@ def test_scraped_counters_rise_with_proxy_and_cold_traffic(
         got = consume_all(bootstrap, topic, RECORDS)
         assert sorted(got) == sorted((p, o) for p, o, *_ in seen)
         produce(bootstrap, topic, make_records(20, PARTITIONS, start=RECORDS))
+        # The proxy publishes its counts once a second: scrape until the produce shows.
+        produced = {"virtual_cluster": CLUSTER, "api_key": "Produce"}
+        wait_until(lambda: total(scrape(url), "bergstream_proxy_requests_total", **produced) > 0)
         after = scrape(url)
     finally:
         code = proxy.stop()

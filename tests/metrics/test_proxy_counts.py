@@ -18,7 +18,7 @@ from bergstream.core.metrics import PROXY_BYTES, PROXY_REQUESTS
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.api import ProxyFilter, ShortCircuit
 from bergstream.core.proxy.server import ProxyServer
-from bergstream.core.proxy.stats import api_label, cluster_stats
+from bergstream.core.proxy.stats import PUBLISH_SECONDS, api_label, cluster_stats
 from tests.proxy.proxy_testkit import FactoryOf, FakeBroker, cluster_config, response_for
 
 PRODUCE, METADATA, HEARTBEAT, LIST_GROUPS = 0, 3, 12, 16
@@ -70,6 +70,32 @@ def value(metric: Any, **labels: str) -> float:
     return float(metric.labels(**labels)._value.get())
 
 
+async def test_a_running_proxy_publishes_its_counts_by_itself(proxy: ProxyServer) -> None:
+    cluster = proxy.cluster.name
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.cluster.gateway.port)
+    writer.write(frame(codec.build(load_request_schema(16, 4)), 1))
+    await read_frame(reader)
+    writer.close()
+    deadline = asyncio.get_running_loop().time() + 10 * PUBLISH_SECONDS
+    while value(PROXY_REQUESTS, virtual_cluster=cluster, api_key="ListGroups") < 1:
+        assert asyncio.get_running_loop().time() < deadline, "counts were never published"
+        await asyncio.sleep(0.1)
+
+
+async def test_stopping_publishes_what_is_left() -> None:
+    broker = await FakeBroker(handlers={LIST_GROUPS: lambda h, r: response_for(16, 4)}).start()
+    name = f"stop-{uuid.uuid4().hex[:8]}"
+    server = ProxyServer(cluster_config(broker.address, name=name))
+    await server.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.cluster.gateway.port)
+    writer.write(frame(codec.build(load_request_schema(16, 4)), 1))
+    await read_frame(reader)
+    writer.close()
+    await server.stop()  # at once, well within PUBLISH_SECONDS
+    await broker.stop()
+    assert value(PROXY_REQUESTS, virtual_cluster=name, api_key="ListGroups") == 1
+
+
 def test_api_labels_are_kafka_names() -> None:
     assert [api_label(k) for k in (0, 1, 2, 3, 18, 22)] == [
         "Produce",
@@ -105,6 +131,10 @@ async def test_every_request_and_response_path_is_counted(proxy: ProxyServer) ->
     ids = [struct.unpack_from(">i", item, 4)[0] for item in received]
     assert sorted(ids) == [1, 2, 3, 4, 6]
     by_id = dict(zip(ids, received, strict=True))
+    # Connections count into plain integers; the server publishes them once a second (and when
+    # it stops): publish now rather than wait.
+    assert value(PROXY_REQUESTS, virtual_cluster=cluster, api_key="Heartbeat") == 0
+    proxy.stats.publish()
     responses = {
         LIST_GROUPS: len(by_id[1]),
         METADATA: len(by_id[2]),
