@@ -43,7 +43,7 @@ import pyarrow as pa
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
-from pyiceberg.transforms import DayTransform, IdentityTransform
+from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform
 from pyiceberg.types import (
     BinaryType,
     IntegerType,
@@ -64,6 +64,7 @@ __all__ = [
     "BOUNDARY_PROPERTY",
     "COLUMNS",
     "CREATE_TIME",
+    "HOUR_PARTITION_SPEC",
     "LOG_APPEND_TIME",
     "PARTITION_SPEC",
     "ROW_ARROW_SCHEMA",
@@ -140,6 +141,23 @@ PARTITION_SPEC = PartitionSpec(
         field_id=1001,
         transform=DayTransform(),
         name="kafka_timestamp_day",
+    ),
+    spec_id=0,
+)
+
+#: The partition spec with hours instead of days (ISK's ``partition_time: hour``).
+HOUR_PARTITION_SPEC = PartitionSpec(
+    PartitionField(
+        source_id=PARTITION_ID,
+        field_id=1000,
+        transform=IdentityTransform(),
+        name="kafka_partition",
+    ),
+    PartitionField(
+        source_id=TIMESTAMP_ID,
+        field_id=1001,
+        transform=HourTransform(),
+        name="kafka_timestamp_hour",
     ),
     spec_id=0,
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
@@ -57,6 +57,11 @@ class IskServiceConfig(StrictModel):
         description="the cache of synthesized files",
     )
     chunk_records: int = Field(100_000, gt=0, description="offsets per indexed chunk")
+    partition_time: Literal["day", "hour"] = Field(
+        "day",
+        description="time unit of the hotset's partition spec (kafka_partition, "
+        "day|hour(kafka_timestamp)); chunks never cross one",
+    )
     index_interval_seconds: float = Field(
         30.0,
         ge=0,
@@ -148,6 +153,7 @@ class IskService:
                 cluster=c.cluster,
                 chunk_records=c.chunk_records,
                 store=store,
+                unit=c.partition_time,
             )
             providers: dict[str, TableProvider] = {HOTSET: self.hotset}
             if self.lake is not None:

@@ -93,7 +93,7 @@ async def test_table_reads_back_as_the_records(tmp_path: Path, log: FakeLog) -> 
     keys = [key for key, _size in await provider.list_keys("c1/hotset/orders/data/", 100)]
     ranges = sorted((parse_key(k).partition, parse_key(k).start, parse_key(k).end) for k in keys)
     assert ranges == [(0, 0, 10), (0, 10, 13), (0, 13, 23), (0, 23, 25), (1, 0, 4)]
-    days = {(parse_key(k).partition, parse_key(k).start): parse_key(k).day for k in keys}
+    days = {(parse_key(k).partition, parse_key(k).start): parse_key(k).bucket for k in keys}
     assert days[(0, 10)] + 1 == days[(0, 13)] == MIDNIGHT // DAY_MS
     indexed = provider.index.chunks("orders", 0)
     assert [(c.start_offset, c.end_offset) for c in indexed] == [(0, 10), (10, 13), (13, 23)]
@@ -198,3 +198,66 @@ async def test_log_start_drops_chunks_kafka_no_longer_has(tmp_path: Path, log: F
     rows = await scan_rows(provider, loaded)
     assert [row["kafka_offset"] for row in rows] == list(range(15, 30))
     assert [c.start_offset for c in provider.index.chunks("orders", 0)] == [0, 10, 20]
+
+
+async def test_hour_unit_cuts_chunks_by_hour_and_partitions_by_hour(
+    tmp_path: Path, log: FakeLog
+) -> None:
+    hour_ms = 3_600_000
+    top_of_hour = (T0 // hour_ms + 1) * hour_ms
+    records = {0: log.produce("orders", 0, 12, lambda i: top_of_hour - 5 + i), 1: []}
+    provider = HotsetProvider(
+        log,
+        SqliteIndex(tmp_path / "index.db"),
+        LocalDiskCache(tmp_path / "cache", 1 << 28),
+        bucket="gw",
+        cluster="c1",
+        chunk_records=10,
+        unit="hour",
+    )
+    loaded = await provider.load_table("hotset", "orders")
+    assert await scan_rows(provider, loaded) == expected_rows(records)
+    (spec,) = loaded.metadata["partition-specs"]
+    assert [f["transform"] for f in spec["fields"]] == ["identity", "hour"]
+    keys = [k for k, _ in await provider.list_keys("c1/hotset/orders/data/", 100)]
+    parsed = sorted((parse_key(k) for k in keys), key=lambda k: k.start)
+    # cut at the top of the hour (offset 5) although a day-cut chunk would hold 10 offsets
+    assert [(k.start, k.end, k.unit) for k in parsed] == [(0, 5, "hour"), (5, 12, "hour")]
+    assert parsed[1].bucket == parsed[0].bucket + 1 == top_of_hour // hour_ms
+    assert "/hour=" in keys[0] and "/day=" not in keys[0]
+    # the index keeps hour chunks apart from day chunks of the same topic
+    assert provider.index.chunks("orders", 0) == []
+    hour_chunks = provider.index.chunks("orders#hour", 0)
+    assert [(c.start_offset, c.end_offset) for c in hour_chunks] == [(0, 5)]  # then the tail
+    # a file rebuilds from its hour key alone, byte for byte
+    fresh = HotsetProvider(
+        log,
+        SqliteIndex(tmp_path / "index-b.db"),
+        LocalDiskCache(tmp_path / "cache-b", 1 << 28),
+        bucket="gw",
+        cluster="c1",
+        unit="hour",
+    )
+    for key in keys:
+        assert await fresh.read_file(key) == await provider.read_file(key)
+    pruned = await scan_rows(
+        provider, loaded, row_filter=f"kafka_timestamp >= {top_of_hour * 1000}"
+    )
+    assert [row["kafka_offset"] for row in pruned] == list(range(5, 12))
+
+
+async def test_concurrent_reads_of_a_missing_file_build_it_once(
+    tmp_path: Path, log: FakeLog
+) -> None:
+    import asyncio
+
+    log.produce("orders", 0, 12, lambda i: T0 + i)
+    built = make_provider(tmp_path, log, name="a")
+    await built.load_table("hotset", "orders")
+    (key, *_rest) = [k for k, _ in await built.list_keys("c1/hotset/orders/data/", 100)]
+    fresh = make_provider(tmp_path, log, name="b")  # empty cache: the file must be rebuilt
+    before = log.fetches
+    results = await asyncio.gather(*(fresh.read_file(key) for _ in range(8)))
+    assert log.fetches - before == 1
+    assert all(data == results[0] for data in results)
+    assert await fresh.read_range(key, 4, 10) == results[0][4:10]

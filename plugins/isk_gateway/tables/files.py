@@ -13,20 +13,30 @@ __all__ = ["FileStore"]
 
 
 class FileStore:
-    """Built files by key: an in-memory LRU of ``memory_files`` entries in front of ``cache``."""
+    """Built files by key: an in-memory LRU of at most ``memory_bytes`` in front of ``cache``
+    (ranged GETs of a file then slice memory instead of reading and verifying the cache entry
+    again for each range)."""
 
-    def __init__(self, cache: CacheBackend, memory_files: int = 4096) -> None:
+    def __init__(self, cache: CacheBackend, memory_bytes: int = 1 << 30) -> None:
         self.cache = cache
         self._memory: OrderedDict[str, bytes] = OrderedDict()
-        self._memory_files = memory_files
+        self._memory_bytes = memory_bytes
+        self._held = 0
         self._listings: dict[tuple[str, str], dict[str, int]] = {}
 
     def remember(self, key: str, data: bytes) -> None:
-        """Keep ``data`` in memory (not in the cache backend)."""
+        """Keep ``data`` in memory (not in the cache backend); a file over a quarter of the
+        bound is not kept."""
+        old = self._memory.pop(key, None)
+        if old is not None:
+            self._held -= len(old)
+        if len(data) > self._memory_bytes // 4:
+            return
         self._memory[key] = data
-        self._memory.move_to_end(key)
-        while len(self._memory) > self._memory_files:
-            self._memory.popitem(last=False)
+        self._held += len(data)
+        while self._held > self._memory_bytes:
+            _key, dropped = self._memory.popitem(last=False)
+            self._held -= len(dropped)
 
     async def keep(self, key: str, data: bytes) -> None:
         """Keep ``data`` in memory and in the cache backend."""
@@ -39,7 +49,10 @@ class FileStore:
         if data is not None:
             self._memory.move_to_end(key)
             return data
-        return await asyncio.to_thread(self.cache.get, key)
+        data = await asyncio.to_thread(self.cache.get, key)
+        if data is not None:
+            self.remember(key, data)
+        return data
 
     def set_listing(self, namespace: str, table: str, sizes: Mapping[str, int]) -> None:
         """The keys (with sizes) of the current snapshot of ``namespace.table``."""

@@ -14,6 +14,7 @@ metadata files are kept from the load that built them (in memory and in the cach
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -39,8 +40,8 @@ from bergstream.plugins.isk_gateway.provider import (
 )
 from bergstream.plugins.isk_gateway.synthesis import (
     SynthesisError,
+    parquet_bytes,
     records_to_table,
-    synthesize_data_file,
 )
 from bergstream.plugins.isk_gateway.tables.files import FileStore
 from bergstream.plugins.isk_gateway.tables.kafka_reader import FetchedRange, PartitionOffsets
@@ -48,9 +49,16 @@ from bergstream.plugins.isk_gateway.tables.metadata import (
     BuiltTable,
     build_table,
     chunk_bounds,
-    chunk_day,
+    chunk_bucket,
 )
-from bergstream.plugins.isk_gateway.tables.paths import HOTSET, DataKey, parse_key, uri
+from bergstream.plugins.isk_gateway.tables.paths import (
+    DAY,
+    HOTSET,
+    HOUR,
+    UNIT_MICROS,
+    DataKey,
+    parse_key,
+)
 
 __all__ = ["HotsetProvider", "KafkaSource", "metadata_kind", "record_built"]
 
@@ -73,9 +81,19 @@ def record_built(cluster: str, built: BuiltTable) -> None:
         ISK_SYNTHESIZED_BYTES.labels(cluster, metadata_kind(key)).inc(len(data))
 
 
-def _days(table: pa.Table) -> pa.Array:
-    """The UTC day (days since the epoch) of each row's ``kafka_timestamp``."""
-    return table.column("kafka_timestamp").cast(pa.date32()).cast(pa.int32())
+def _parquet(rows: pa.Table) -> bytes:
+    """The Parquet bytes of ``rows``: one layout for the same rows however they were decoded or
+    sliced, so a file rebuilt from its key has the size its manifest entry states."""
+    return parquet_bytes(rows.combine_chunks())
+
+
+def _buckets(table: pa.Table, unit: str) -> pa.Array:
+    """The UTC time bucket (days or hours since the epoch) of each row's ``kafka_timestamp``."""
+    micros = table.column("kafka_timestamp").cast(pa.int64())
+    size = pa.scalar(UNIT_MICROS[unit], pa.int64())
+    truncated = pc.divide(micros, size)  # integer division, rounding toward zero
+    below = pc.and_(pc.less(micros, 0), pc.not_equal(pc.multiply(truncated, size), micros))
+    return pc.subtract(truncated, pc.cast(below, pa.int64()))
 
 
 class KafkaSource(Protocol):
@@ -107,6 +125,8 @@ class HotsetProvider:
         chunk_records: int = 100_000,
         memory_files: int = 4096,
         store: FileStore | None = None,
+        unit: str = DAY,
+        parallel_partitions: int = 2,
     ) -> None:
         if chunk_records <= 0:
             raise ValueError(f"chunk_records must be > 0, got {chunk_records}")
@@ -116,7 +136,12 @@ class HotsetProvider:
         self.bucket = bucket
         self.cluster = cluster
         self.chunk_records = chunk_records
-        self.store = store if store is not None else FileStore(cache, memory_files)
+        if unit not in UNIT_MICROS:
+            raise ValueError(f"unit must be {DAY} or {HOUR}, got {unit!r}")
+        self.unit = unit
+        self._parallel = asyncio.Semaphore(max(parallel_partitions, 1))
+        self._building: dict[str, asyncio.Future[bytes]] = {}
+        self.store = store if store is not None else FileStore(cache)
         self._memory_files = memory_files
         self._locks: dict[str, asyncio.Lock] = {}
         self._recent_chunks: OrderedDict[tuple[str, int, int, int], ChunkEntry] = OrderedDict()
@@ -138,7 +163,7 @@ class HotsetProvider:
         chunks = await self.live_chunks(table, offsets)
         end_offsets = {p: o.last_stable for p, o in offsets.items()}
         built = await asyncio.to_thread(
-            build_table, self.bucket, self.cluster, table, chunks, end_offsets
+            build_table, self.bucket, self.cluster, table, chunks, end_offsets, self.unit
         )
         await self.keep_built(HOTSET, table, built, chunks)
         ISK_LOAD_TABLES.labels(self.cluster, HOTSET).inc()
@@ -173,12 +198,21 @@ class HotsetProvider:
         """The chunks covering each partition from ``max(log start, floors[p])`` up to its last
         stable offset, indexing the new sealed ones on the way."""
         lock = self._locks.setdefault(topic, asyncio.Lock())
-        chunks: list[ChunkEntry] = []
         async with lock:
-            for partition in sorted(offsets):
-                floor = (floors or {}).get(partition, 0)
-                chunks += await self._refresh(topic, offsets[partition], floor)
-        return chunks
+            found = await asyncio.gather(
+                *(
+                    self._refresh_limited(topic, offsets[p], (floors or {}).get(p, 0))
+                    for p in sorted(offsets)
+                )
+            )
+        return [chunk for chunks in found for chunk in chunks]
+
+    async def _refresh_limited(
+        self, topic: str, offsets: PartitionOffsets, floor: int
+    ) -> list[ChunkEntry]:
+        """:meth:`_refresh`, with at most ``parallel_partitions`` partitions at once."""
+        async with self._parallel:
+            return await self._refresh(topic, offsets, floor)
 
     async def index_topic(self, topic: str) -> int:
         """Bring the index of ``topic`` up to its last stable offsets (the background indexer's
@@ -186,7 +220,7 @@ class HotsetProvider:
         offsets = await self.source.offsets(topic)
         before = 0
         for partition, part in offsets.items():
-            indexed = await asyncio.to_thread(self.index.chunks, topic, partition, part.log_start)
+            indexed = await self._indexed(topic, partition, part.log_start)
             before += part.last_stable - max([c.end_offset for c in indexed] + [part.log_start])
         await self.live_chunks(topic, offsets)
         return max(before, 0)
@@ -203,10 +237,26 @@ class HotsetProvider:
             self.cluster,
             chunk.topic,
             chunk.partition,
-            chunk_day(chunk),
+            chunk_bucket(chunk, self.unit),
             chunk.start_offset,
             chunk.end_offset,
+            HOTSET,
+            self.unit,
         )
+
+    def _index_topic(self, topic: str) -> str:
+        """The name a topic's chunks are indexed under: chunks cut by hours are other chunks
+        than those cut by days ('#' is not allowed in Kafka topic names, so none collides)."""
+        return topic if self.unit == DAY else f"{topic}#{self.unit}"
+
+    async def _indexed(self, topic: str, partition: int, start: int) -> list[ChunkEntry]:
+        """Indexed chunks of a partition overlapping ``[start, ...)``, in offset order."""
+        found = await asyncio.to_thread(
+            self.index.chunks, self._index_topic(topic), partition, start
+        )
+        if self.unit == DAY:
+            return found
+        return [dataclasses.replace(chunk, topic=topic) for chunk in found]
 
     async def _refresh(
         self, topic: str, offsets: PartitionOffsets, floor: int = 0
@@ -215,7 +265,7 @@ class HotsetProvider:
         live chunks from there, tail included."""
         partition, end = offsets.partition, offsets.last_stable
         start = min(max(offsets.log_start, floor), end)
-        indexed = await asyncio.to_thread(self.index.chunks, topic, partition, start)
+        indexed = await self._indexed(topic, partition, start)
         chunks: list[ChunkEntry] = []
         position = start
         for chunk in indexed:
@@ -237,48 +287,67 @@ class HotsetProvider:
         self, topic: str, partition: int, start: int, end: int, index: bool
     ) -> list[ChunkEntry]:
         """Synthesize and cache the chunks of ``[start, end)``; index the sealed ones (a chunk
-        ending before ``end``, or holding ``chunk_records`` offsets) if ``index``."""
+        ending before ``end``, or holding ``chunk_records`` offsets) if ``index``. The next
+        chunk's records are fetched from Kafka while this one is built."""
         chunks: list[ChunkEntry] = []
         position = start
         last_report = time.monotonic()
-        while position < end:
-            if index and time.monotonic() - last_report > _PROGRESS_SECONDS:
-                last_report = time.monotonic()
-                log.info(
-                    "isk: indexing %s[%d]: offset %d of %d (%.0f%%)",
-                    topic, partition, position, end, 100 * (position - start) / (end - start),
-                )  # fmt: skip
-            memo_key = (topic, partition, position, end)
-            known = self._recent_chunks.get(memo_key)
-            if known is not None:  # the same unsealed chunk as a recent load: nothing to read
-                chunks.append(known)
-                position = known.end_offset
-                continue
-            chunk, data = await self._next_chunk(topic, partition, position, end)
-            sealed = chunk.end_offset < end or chunk.end_offset - position == self.chunk_records
-            if chunk.row_count:
-                ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
-                await asyncio.to_thread(self.cache.put, self._data_key(chunk).key, data)
-            if sealed and index:
-                await asyncio.to_thread(self.index.put_chunks, [chunk])
-            else:
-                self._recent_chunks[memo_key] = chunk
-                while len(self._recent_chunks) > self._memory_files:
-                    self._recent_chunks.popitem(last=False)
-            chunks.append(chunk)
-            position = chunk.end_offset
+        prefetch: tuple[tuple[int, int], asyncio.Task[FetchedRange]] | None = None
+        try:
+            while position < end:
+                if index and time.monotonic() - last_report > _PROGRESS_SECONDS:
+                    last_report = time.monotonic()
+                    log.info(
+                        "isk: indexing %s[%d]: offset %d of %d (%.0f%%)",
+                        topic, partition, position, end, 100 * (position - start) / (end - start),
+                    )  # fmt: skip
+                memo_key = (topic, partition, position, end)
+                known = self._recent_chunks.get(memo_key)
+                if known is not None:  # the same unsealed chunk as a recent load: nothing to read
+                    chunks.append(known)
+                    position = known.end_offset
+                    continue
+                high = min(position + self.chunk_records, end)
+                if prefetch is not None and prefetch[0] == (position, high):
+                    fetched = await prefetch[1]
+                else:
+                    if prefetch is not None:
+                        prefetch[1].cancel()
+                    fetched = await self._fetch(topic, partition, position, high)
+                prefetch = None
+                if high < end:  # the next chunk starts at ``high`` unless a time cut ends this one
+                    following = (high, min(high + self.chunk_records, end))
+                    task = asyncio.create_task(self._fetch(topic, partition, *following))
+                    prefetch = (following, task)
+                # Decoding and Parquet writing are CPU work: keep them off the event loop.
+                chunk, data = await asyncio.to_thread(
+                    self._build_chunk, topic, partition, position, high, fetched
+                )
+                sealed = chunk.end_offset < end or chunk.end_offset - position == self.chunk_records
+                if chunk.row_count:
+                    ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
+                    await self.store.keep(self._data_key(chunk).key, data)
+                if sealed and index:
+                    stored = dataclasses.replace(chunk, topic=self._index_topic(topic))
+                    await asyncio.to_thread(self.index.put_chunks, [stored])
+                else:
+                    self._recent_chunks[memo_key] = chunk
+                    while len(self._recent_chunks) > self._memory_files:
+                        self._recent_chunks.popitem(last=False)
+                chunks.append(chunk)
+                position = chunk.end_offset
+        finally:
+            if prefetch is not None:
+                prefetch[1].cancel()
+                with contextlib.suppress(BaseException):
+                    await prefetch[1]
         return chunks
 
-    async def _next_chunk(
-        self, topic: str, partition: int, start: int, end: int
-    ) -> tuple[ChunkEntry, bytes]:
-        """The chunk starting at ``start``: up to ``chunk_records`` offsets, below ``end``, cut
-        where the day of the rows (in offset order) changes; with its Parquet bytes."""
-        high = min(start + self.chunk_records, end)
-        fetched = await self.source.fetch(topic, partition, start, high)
+    async def _fetch(self, topic: str, partition: int, start: int, end: int) -> FetchedRange:
+        """Records of ``[start, end)`` from Kafka, counted as read for indexing."""
+        fetched = await self.source.fetch(topic, partition, start, end)
         ISK_KAFKA_READ_BYTES.labels(self.cluster, "index").inc(len(fetched.records))
-        # Decoding and Parquet writing are CPU work: keep them off the event loop.
-        return await asyncio.to_thread(self._build_chunk, topic, partition, start, high, fetched)
+        return fetched
 
     def _build_chunk(
         self, topic: str, partition: int, start: int, high: int, fetched: FetchedRange
@@ -286,24 +355,15 @@ class HotsetProvider:
         table = records_to_table(fetched.records, partition, start, high, fetched.aborted)
         if not table.num_rows:
             return ChunkEntry(topic, partition, start, high, 0, 0, {}), b""
-        days = _days(table)
-        first_day = days[0].as_py()
-        other = pc.not_equal(days, first_day)
+        buckets = _buckets(table, self.unit)
+        other = pc.not_equal(buckets, buckets[0])
         chunk_end = high
+        rows = table
         if pc.any(other).as_py():
             cut = pc.index(other, True).as_py()
             chunk_end = table.column("kafka_offset")[cut].as_py()
-        key = DataKey(self.cluster, topic, partition, first_day, start, chunk_end)
-        synthesized = synthesize_data_file(
-            uri(self.bucket, key.key),
-            fetched.records,
-            partition,
-            start,
-            chunk_end,
-            fetched.aborted,
-            day=first_day,
-        )
-        rows = table.filter(pc.less(table.column("kafka_offset"), chunk_end))
+            rows = table.slice(0, cut)  # rows are in offset order
+        parquet = _parquet(rows)
         low_ts, high_ts = pc.min_max(rows.column("kafka_timestamp").cast(pa.int64())).values()
         offsets = rows.column("kafka_offset")
         entry = ChunkEntry(
@@ -312,14 +372,14 @@ class HotsetProvider:
             start_offset=start,
             end_offset=chunk_end,
             row_count=rows.num_rows,
-            size_bytes=len(synthesized.parquet),
+            size_bytes=len(parquet),
             bounds=chunk_bounds(
                 partition,
                 (offsets[0].as_py(), offsets[-1].as_py()),
                 (low_ts.as_py(), high_ts.as_py()),
             ),
         )
-        return entry, synthesized.parquet
+        return entry, parquet
 
     # ------------------------------------------------------------------ files
 
@@ -336,10 +396,26 @@ class HotsetProvider:
             return data
         if not isinstance(parsed, DataKey):
             raise NoSuchFile(f"no such key {key!r} (not built by this gateway, or expired)")
-        data = await self._rebuild(parsed)
-        ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
-        await self.store.keep(key, data)
-        return data
+        building = self._building.get(key)
+        if building is not None:  # concurrent GETs of one missing file: build it once
+            return await asyncio.shield(building)
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._building[key] = future
+        try:
+            data = await self._rebuild(parsed)
+            ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
+            await self.store.keep(key, data)
+            future.set_result(data)
+            return data
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except BaseException as error:
+            future.set_exception(error)
+            future.exception()  # retrieved here, so a build nobody waited for logs nothing
+            raise
+        finally:
+            del self._building[key]
 
     async def read_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the file at ``key`` (synthesized whole, then sliced)."""
@@ -364,22 +440,15 @@ class HotsetProvider:
             table = records_to_table(
                 fetched.records, key.partition, key.start, key.end, fetched.aborted
             )
-            if key.day is None or not table.num_rows:
+            if key.bucket is None or not table.num_rows:
                 raise NoSuchFile(f"no such key {key.key!r} (no rows in that range)")
-            if pc.any(pc.not_equal(_days(table), key.day)).as_py():
-                raise NoSuchFile(f"no such key {key.key!r} (rows of other days in the range)")
-            synthesized = synthesize_data_file(
-                uri(self.bucket, key.key),
-                fetched.records,
-                key.partition,
-                key.start,
-                key.end,
-                fetched.aborted,
-                day=key.day,
-            )
+            if key.unit != self.unit:
+                raise NoSuchFile(f"no such key {key.key!r} (this hotset is cut by {self.unit})")
+            if pc.any(pc.not_equal(_buckets(table, key.unit), key.bucket)).as_py():
+                raise NoSuchFile(f"no such key {key.key!r} (rows of other {key.unit}s in it)")
+            return _parquet(table)
         except SynthesisError as error:
             raise NoSuchFile(f"no such key {key.key!r} ({error})") from None
-        return synthesized.parquet
 
     async def list_keys(self, prefix: str, limit: int) -> list[tuple[str, int]]:
         """Keys of the tables loaded so far (their current snapshot's files) under ``prefix``."""

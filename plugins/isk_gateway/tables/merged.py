@@ -17,7 +17,6 @@ from pyiceberg.partitioning import PartitionSpec
 from bergstream.core.metrics import ISK_LOAD_TABLES, PIPELINE_LAG
 from bergstream.core.row_contract import (
     BOUNDARY_PROPERTY,
-    PARTITION_SPEC,
     ROW_SCHEMA,
     SORT_ORDER,
     RowContractError,
@@ -35,23 +34,17 @@ from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from bergstream.plugins.isk_gateway.tables.kafka_reader import PartitionOffsets
 from bergstream.plugins.isk_gateway.tables.metadata import (
     HOTSET_OFFSETS_PROPERTY,
-    ManifestGroup,
     SnapshotPlan,
     build_metadata,
     chunks_timestamp_ms,
     hotset_groups,
     snapshot_id_of,
+    spec_for,
+    spec_unit,
 )
-from bergstream.plugins.isk_gateway.tables.paths import MERGED
+from bergstream.plugins.isk_gateway.tables.paths import DAY, HOUR, MERGED
 
 __all__ = ["MergedProvider"]
-
-
-def _same_spec(a: PartitionSpec, b: PartitionSpec) -> bool:
-    """Whether two specs partition the same way (source columns and transforms, in order)."""
-    return [(f.source_id, str(f.transform)) for f in a.fields] == [
-        (f.source_id, str(f.transform)) for f in b.fields
-    ]
 
 
 class MergedProvider:
@@ -93,13 +86,8 @@ class MergedProvider:
         chunks = await self.hotset.live_chunks(table, offsets, boundary)
         self._record_lag(table, offsets, boundary)
         hot_spec = self._hot_spec(table, cold)
-        hot_groups = [
-            ManifestGroup(hot_spec, list(group.files))
-            for group in hotset_groups(self.bucket, self.cluster, chunks, MERGED)
-        ]
-        for group in hot_groups:
-            for file in group.files:
-                file.spec_id = hot_spec.spec_id
+        unit = self.hotset.unit
+        hot_groups = hotset_groups(self.bucket, self.cluster, chunks, MERGED, unit, hot_spec)
         end_offsets = {p: o.last_stable for p, o in offsets.items()}
         groups = (cold.groups[MERGED] if cold else []) + hot_groups
         has_rows = any(group.files for group in groups)
@@ -115,8 +103,8 @@ class MergedProvider:
             groups=groups,
             summary=summary,
             schema=cold.schema if cold else ROW_SCHEMA,
-            specs=cold.specs if cold else [PARTITION_SPEC],
-            default_spec_id=cold.default_spec_id if cold else PARTITION_SPEC.spec_id,
+            specs=cold.specs if cold else [hot_spec],
+            default_spec_id=cold.default_spec_id if cold else hot_spec.spec_id,
             sort_order=cold.sort_order if cold else SORT_ORDER,
         )
         built = await asyncio.to_thread(build_metadata, self.bucket, self.cluster, plan)
@@ -126,15 +114,19 @@ class MergedProvider:
         return LoadedTable(built.metadata_location, built.metadata)
 
     def _hot_spec(self, table: str, cold: ColdSnapshot | None) -> PartitionSpec:
-        """The coldset's spec that partitions like the hotset (so both share it)."""
+        """The partition spec the hotset's files take in the merged table: the coldset's spec
+        that partitions by ``kafka_partition`` and the hotset's time unit or a coarser one (a
+        chunk cut by hours lies within one day), so both share one spec."""
         if cold is None:
-            return PARTITION_SPEC
+            return spec_for(self.hotset.unit)
+        fits = (DAY,) if self.hotset.unit == DAY else (DAY, HOUR)
         for spec in cold.specs:
-            if _same_spec(spec, PARTITION_SPEC):
+            if spec_unit(spec) in fits:
                 return spec
         raise TableNotServable(
-            f"merged.{table}: no partition spec of the coldset table partitions like the hotset "
-            "(kafka_partition, day(kafka_timestamp)); query coldset and hotset separately"
+            f"merged.{table}: no partition spec of the coldset table is (kafka_partition, "
+            f"{' or '.join(fits)}(kafka_timestamp)), which the hotset's files need (the hotset "
+            f"is cut by {self.hotset.unit}); query coldset and hotset separately"
         )
 
     def _record_lag(

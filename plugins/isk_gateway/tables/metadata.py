@@ -39,11 +39,13 @@ from pyiceberg.table.metadata import TableMetadataV2
 from pyiceberg.table.refs import SnapshotRef, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotLogEntry, Summary
 from pyiceberg.table.sorting import SortOrder
+from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform
 from pyiceberg.typedef import Record as IcebergRecord
 from pyiceberg.types import IntegerType, LongType, TimestamptzType
 
 from bergstream.core.backends import ChunkEntry
 from bergstream.core.row_contract import (
+    HOUR_PARTITION_SPEC,
     OFFSET_ID,
     PARTITION_ID,
     PARTITION_SPEC,
@@ -55,7 +57,10 @@ from bergstream.core.row_contract import (
 )
 from bergstream.plugins.isk_gateway.tables.fileio import MemoryOutputFile
 from bergstream.plugins.isk_gateway.tables.paths import (
+    DAY,
     HOTSET,
+    HOUR,
+    UNIT_MICROS,
     DataKey,
     ManifestKey,
     ManifestListKey,
@@ -72,11 +77,14 @@ __all__ = [
     "build_metadata",
     "build_table",
     "chunk_bounds",
+    "chunk_bucket",
     "chunk_day",
     "chunks_timestamp_ms",
     "data_file",
     "hotset_groups",
     "snapshot_id_of",
+    "spec_for",
+    "spec_unit",
     "sync_marker",
 ]
 
@@ -113,22 +121,59 @@ def chunk_bounds(partition: int, offsets: tuple[int, int], timestamps_us: tuple[
 
 def chunk_day(chunk: ChunkEntry) -> int | None:
     """The day (days since the epoch) of a chunk's rows; None for a chunk without rows."""
+    return chunk_bucket(chunk, DAY)
+
+
+def chunk_bucket(chunk: ChunkEntry, unit: str) -> int | None:
+    """The time bucket (days or hours since the epoch, per ``unit``) of a chunk's rows; None for
+    a chunk without rows."""
     if not chunk.row_count:
         return None
-    return int(chunk.bounds["kafka_timestamp"][0]) // _US_PER_DAY
+    return int(chunk.bounds["kafka_timestamp"][0]) // UNIT_MICROS[unit]
 
 
-def data_file(bucket: str, cluster: str, chunk: ChunkEntry, namespace: str = HOTSET) -> DataFile:
-    """The ``DataFile`` of a chunk with rows, stats from the index entry."""
+def spec_for(unit: str) -> PartitionSpec:
+    """The hotset's partition spec for a time unit (day: the row contract's default spec)."""
+    return HOUR_PARTITION_SPEC if unit == HOUR else PARTITION_SPEC
+
+
+def spec_unit(spec: PartitionSpec) -> str | None:
+    """The time unit of a row-contract-like spec (identity ``kafka_partition``, then ``day`` or
+    ``hour`` of ``kafka_timestamp``); None if ``spec`` is not like that."""
+    fields = [(f.source_id, f.transform) for f in spec.fields]
+    if len(fields) != 2 or fields[0] != (PARTITION_ID, IdentityTransform()):
+        return None
+    source, transform = fields[1]
+    if source != TIMESTAMP_ID:
+        return None
+    if isinstance(transform, DayTransform):
+        return DAY
+    return HOUR if isinstance(transform, HourTransform) else None
+
+
+def data_file(
+    bucket: str,
+    cluster: str,
+    chunk: ChunkEntry,
+    namespace: str = HOTSET,
+    unit: str = DAY,
+    spec: PartitionSpec = PARTITION_SPEC,
+) -> DataFile:
+    """The ``DataFile`` of a chunk with rows, stats from the index entry: its key cut by
+    ``unit``, its partition value in ``spec`` (whose time unit is ``unit`` or coarser)."""
     key = DataKey(
         cluster,
         chunk.topic,
         chunk.partition,
-        chunk_day(chunk),
+        chunk_bucket(chunk, unit),
         chunk.start_offset,
         chunk.end_offset,
         namespace,
+        unit,
     ).key
+    partition_unit = spec_unit(spec)
+    if partition_unit is None:
+        raise ValueError(f"spec {spec} does not partition like the row contract")
     lower: dict[int, bytes] = {}
     upper: dict[int, bytes] = {}
     for column, (field_id, type_) in _BOUND_TYPES.items():
@@ -139,7 +184,7 @@ def data_file(bucket: str, cluster: str, chunk: ChunkEntry, namespace: str = HOT
         content=DataFileContent.DATA,
         file_path=uri(bucket, key),
         file_format=FileFormat.PARQUET,
-        partition=IcebergRecord(chunk.partition, chunk_day(chunk)),
+        partition=IcebergRecord(chunk.partition, chunk_bucket(chunk, partition_unit)),
         record_count=chunk.row_count,
         file_size_in_bytes=chunk.size_bytes,
         column_sizes=None,
@@ -153,7 +198,7 @@ def data_file(bucket: str, cluster: str, chunk: ChunkEntry, namespace: str = HOT
         equality_ids=None,
         sort_order_id=SORT_ORDER.order_id,
     )
-    file.spec_id = PARTITION_SPEC.spec_id
+    file.spec_id = spec.spec_id
     return file
 
 
@@ -360,18 +405,25 @@ def build_metadata(bucket: str, cluster: str, plan: SnapshotPlan) -> BuiltTable:
 
 
 def hotset_groups(
-    bucket: str, cluster: str, chunks: Sequence[ChunkEntry], namespace: str = HOTSET
+    bucket: str,
+    cluster: str,
+    chunks: Sequence[ChunkEntry],
+    namespace: str = HOTSET,
+    unit: str = DAY,
+    spec: PartitionSpec | None = None,
 ) -> list[ManifestGroup]:
     """One manifest group per Kafka partition over the chunks with rows, in offset order (data
-    keys under ``namespace``: hotset, or merged for its aliases)."""
+    keys under ``namespace``: hotset, or merged for its aliases; chunks cut by ``unit``; partition
+    values in ``spec``, by default the hotset's spec for ``unit``)."""
+    spec = spec or spec_for(unit)
     with_rows = sorted(
         (c for c in chunks if c.row_count), key=lambda c: (c.partition, c.start_offset)
     )
     return [
         ManifestGroup(
-            PARTITION_SPEC,
+            spec,
             [
-                data_file(bucket, cluster, c, namespace)
+                data_file(bucket, cluster, c, namespace, unit, spec)
                 for c in with_rows
                 if c.partition == partition
             ],
@@ -392,18 +444,20 @@ def build_table(
     topic: str,
     chunks: Sequence[ChunkEntry],
     end_offsets: Mapping[int, int],
+    unit: str = DAY,
 ) -> BuiltTable:
     """Metadata of the hotset table of ``topic``: one snapshot listing every chunk with rows (one
     manifest per Kafka partition), or no snapshot when no chunk has rows. ``end_offsets`` (next
     offset per partition the chunks cover, e.g. the last stable offsets) enter the snapshot id
-    and the summary."""
+    and the summary; chunks are cut and partitioned by ``unit`` (day or hour)."""
     with_rows = any(c.row_count for c in chunks)
     plan = SnapshotPlan(
         namespace=HOTSET,
         topic=topic,
         snapshot_id=snapshot_id_of(topic, chunks, end_offsets) if with_rows else None,
         timestamp_ms=chunks_timestamp_ms(chunks),
-        groups=hotset_groups(bucket, cluster, chunks),
+        groups=hotset_groups(bucket, cluster, chunks, HOTSET, unit),
         summary={HOTSET_OFFSETS_PROPERTY: format_boundary(end_offsets)},
+        specs=(spec_for(unit),),
     )
     return build_metadata(bucket, cluster, plan)

@@ -5,7 +5,7 @@ Layout, under ``<cluster>/<namespace>/<topic>/`` (namespace ``hotset``, ``coldse
 
 - ``data/p=<partition>/day=<yyyy-mm-dd>/<start>-<end>.parquet`` (hotset, merged): the rows of
   Kafka offsets ``[start, end)`` of one partition, all of that day (``day=-``: a range without
-  rows);
+  rows); ``hour=<yyyy-mm-dd-HH>`` instead of ``day=`` when the hotset is partitioned by hour;
 - ``files/<path>`` (coldset, merged): the file at ``<path>`` under the physical table's location.
 
 A merged table's data files live under its own prefix (DuckDB scopes vended credentials to the
@@ -31,15 +31,19 @@ from bergstream.plugins.isk_gateway.provider import NoSuchFile
 
 __all__ = [
     "COLDSET",
+    "DAY",
     "HOTSET",
+    "HOUR",
     "MERGED",
     "NAMESPACES",
+    "UNIT_MICROS",
     "ColdFileKey",
     "DataKey",
     "ManifestKey",
     "ManifestListKey",
     "MetadataKey",
     "ParsedKey",
+    "bucket_label",
     "day_of",
     "encode_topic",
     "key_from_uri",
@@ -49,6 +53,11 @@ __all__ = [
     "table_prefix",
     "uri",
 ]
+
+DAY = "day"
+HOUR = "hour"
+#: Time units a hotset can be partitioned by, with their length in µs.
+UNIT_MICROS = {DAY: 86_400_000_000, HOUR: 3_600_000_000}
 
 HOTSET = "hotset"
 COLDSET = "coldset"
@@ -63,7 +72,8 @@ _DIGEST = r"([0-9a-f]{32})"
 _CLUSTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _PREFIX = rf"{_SEGMENT}/({HOTSET}|{COLDSET}|{MERGED})/{_SEGMENT}"
 _DATA = re.compile(
-    rf"{_SEGMENT}/({HOTSET}|{MERGED})/{_SEGMENT}/data/p={_NUMBER}/day=(-|[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}})/{_NUMBER}-{_NUMBER}"
+    rf"{_SEGMENT}/({HOTSET}|{MERGED})/{_SEGMENT}/data/p={_NUMBER}/"
+    rf"(day|hour)=(-|[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}(?:-[0-9]{{2}})?)/{_NUMBER}-{_NUMBER}"
     r"\.parquet"
 )
 _MANIFEST = re.compile(rf"{_PREFIX}/metadata/manifest-{_DIGEST}\.avro")
@@ -123,29 +133,40 @@ def day_of(day: int | None) -> str:
     return "-" if day is None else (_EPOCH + dt.timedelta(days=day)).isoformat()
 
 
+def bucket_label(bucket: int | None, unit: str) -> str:
+    """A time bucket (days or hours since the epoch) as ``yyyy-mm-dd`` or ``yyyy-mm-dd-HH``."""
+    if unit == DAY or bucket is None:
+        return day_of(bucket)
+    return f"{day_of(bucket // 24)}-{bucket % 24:02d}"
+
+
 @dataclass(frozen=True)
 class DataKey:
-    """A data file: offsets ``[start, end)`` of ``partition`` whose rows are all in ``day``."""
+    """A data file: offsets ``[start, end)`` of ``partition`` whose rows are all in one time
+    bucket: ``bucket`` days (``unit`` day) or hours (``unit`` hour) since the epoch."""
 
     cluster: str
     topic: str
     partition: int
-    day: int | None
+    bucket: int | None
     start: int
     end: int
     namespace: str = HOTSET
+    unit: str = DAY
 
     def __post_init__(self) -> None:
         if self.partition < 0 or not 0 <= self.start < self.end <= _MAX_INT64:
             raise ValueError(f"invalid data key fields: {self!r}")
         if self.namespace not in (HOTSET, MERGED):
             raise ValueError(f"data keys are in {HOTSET} or {MERGED}, not {self.namespace}")
+        if self.unit not in UNIT_MICROS:
+            raise ValueError(f"unit must be {DAY} or {HOUR}, not {self.unit!r}")
 
     @property
     def key(self) -> str:
         return (
             f"{table_prefix(self.cluster, self.topic, self.namespace)}/data/p={self.partition}/"
-            f"day={day_of(self.day)}/{self.start}-{self.end}.parquet"
+            f"{self.unit}={bucket_label(self.bucket, self.unit)}/{self.start}-{self.end}.parquet"
         )
 
 
@@ -234,13 +255,18 @@ def key_namespace(key: ParsedKey) -> str:
     return key.namespace
 
 
-def _parse_day(text: str, key: str) -> int | None:
+def _parse_bucket(text: str, unit: str, key: str) -> int | None:
     if text == "-":
         return None
     try:
-        return (dt.date.fromisoformat(text) - _EPOCH).days
+        if unit == DAY:
+            return (dt.date.fromisoformat(text) - _EPOCH).days
+        day, _, hour = text.rpartition("-")
+        if not (len(hour) == 2 and hour.isdigit() and int(hour) < 24):
+            raise ValueError(text)
+        return (dt.date.fromisoformat(day) - _EPOCH).days * 24 + int(hour)
     except ValueError:
-        raise NoSuchFile(f"no such key {key!r} (invalid day {text!r})") from None
+        raise NoSuchFile(f"no such key {key!r} (invalid {unit} {text!r})") from None
 
 
 def parse_key(key: str) -> ParsedKey:
@@ -248,15 +274,16 @@ def parse_key(key: str) -> ParsedKey:
     parsed: ParsedKey
     try:
         if match := _DATA.fullmatch(key):
-            cluster, namespace, topic, partition, day, start, end = match.groups()
+            cluster, namespace, topic, partition, unit, bucket, start, end = match.groups()
             parsed = DataKey(
                 cluster,
                 unquote(topic),
                 int(partition),
-                _parse_day(day, key),
+                _parse_bucket(bucket, unit, key),
                 int(start),
                 int(end),
                 namespace,
+                unit,
             )
         elif match := _COLD_FILE.fullmatch(key):
             cluster, namespace, topic, path = match.groups()
