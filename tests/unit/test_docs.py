@@ -307,3 +307,19 @@ def test_every_hook_example_is_exercised() -> None:
         "command": "register_commands",
     }
     assert {kinds[t] for t in tested} == names
+
+
+def test_every_metric_is_documented_with_its_labels() -> None:
+    from prometheus_client import Counter
+
+    from bergstream.core import metrics
+
+    rows = table_rows((DOCS / "operations.md").read_text())
+    for name in metrics.__all__:
+        metric = getattr(metrics, name)
+        wire = metric._name + ("_total" if isinstance(metric, Counter) else "")
+        assert wire in rows, f"{wire} is not in the metrics table of docs/operations.md"
+        row = rows[wire]
+        assert row[0] == ("counter" if isinstance(metric, Counter) else "gauge"), wire
+        missing = [label for label in metric._labelnames if f"`{label}`" not in row[1]]
+        assert not missing, f"{wire}: labels {missing} are not documented"
