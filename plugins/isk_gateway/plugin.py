@@ -1,10 +1,15 @@
-"""Registers the ``isk`` service (an ISK gateway) through the ``bergstream`` entry-point group."""
+"""Registers the ``isk`` service (an ISK gateway) and its ``hotset-parquet`` file synthesizer
+through the ``bergstream`` entry-point group."""
 
 from __future__ import annotations
 
 from bergstream.core.hookspecs import hookimpl
-from bergstream.core.registrations import ServiceRegistration
+from bergstream.core.registrations import FileSynthesizerRegistration, ServiceRegistration
 from bergstream.plugins.isk_gateway.service import IskServiceConfig, create_isk_service
+from bergstream.plugins.isk_gateway.tables.data_synthesizer import (
+    HotsetDataSynthesizerConfig,
+    create_hotset_data_synthesizer,
+)
 
 
 @hookimpl
@@ -16,5 +21,18 @@ def register_services() -> list[ServiceRegistration]:
             factory=create_isk_service,
             config_model=IskServiceConfig,
             description="ISK gateway: Iceberg REST catalog and S3 gateway serving Kafka topics",
+        )
+    ]
+
+
+@hookimpl
+def register_file_synthesizers() -> list[FileSynthesizerRegistration]:
+    """Register ``hotset-parquet``, the builder of hotset data files from their keys."""
+    return [
+        FileSynthesizerRegistration(
+            name="hotset-parquet",
+            factory=create_hotset_data_synthesizer,
+            config_model=HotsetDataSynthesizerConfig,
+            description="hotset data files (Parquet) rebuilt from Kafka from their keys alone",
         )
     ]

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from bergstream.core.backends import CacheBackend, IndexBackend, ServiceContext
+from bergstream.core.backends import CacheBackend, FileSynthesizer, IndexBackend, ServiceContext
 from bergstream.core.lake import LakeConfigError, ResolvedLake, resolve_lake
 from bergstream.core.models import StrictModel
 from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpService
@@ -57,6 +57,11 @@ class IskServiceConfig(StrictModel):
         description="the cache of synthesized files",
     )
     chunk_records: int = Field(100_000, gt=0, description="offsets per indexed chunk")
+    synthesizers: list[BackendChoice] = Field(
+        default_factory=list,
+        description="registered file synthesizers asked, in order, before the built-in "
+        "hotset-parquet to build a file missing from the cache",
+    )
     partition_time: Literal["day", "hour"] = Field(
         "day",
         description="time unit of the hotset's partition spec (kafka_partition, "
@@ -77,12 +82,24 @@ class IskServiceConfig(StrictModel):
         return value
 
 
+def _built_in_synthesizer(config: IskServiceConfig) -> BackendChoice:
+    """The ``hotset-parquet`` choice with the service's own cluster, Kafka and time unit."""
+    return BackendChoice(
+        type="hotset-parquet",
+        config={
+            "cluster": config.cluster,
+            "kafka_bootstrap": config.kafka_bootstrap,
+            "unit": config.partition_time,
+        },
+    )
+
+
 def _backend_settings(context: ServiceContext, kind: str, choice: BackendChoice) -> BaseModel:
     registration = context.plugins.get(kind, choice.type)
     try:
         return registration.config_model.model_validate(choice.config)
     except ValidationError as error:
-        section = kind.split()[0]
+        section = {"file synthesizer": "synthesizers[]"}.get(kind, kind.split()[0])
         raise ValueError(
             f"isk: settings of the {kind} {choice.type!r} (config.{section}.config): {error}"
         ) from error
@@ -101,6 +118,14 @@ class IskService:
         self._cache_registration = context.plugins.get("cache backend", config.cache.type)
         self._index_settings = _backend_settings(context, "index backend", config.index)
         self._cache_settings = _backend_settings(context, "cache backend", config.cache)
+        self._synthesizer_choices = [
+            (
+                context.plugins.get("file synthesizer", choice.type),
+                _backend_settings(context, "file synthesizer", choice),
+            )
+            for choice in [*config.synthesizers, _built_in_synthesizer(config)]
+        ]
+        self.synthesizers: list[FileSynthesizer] = []
         self.lake: ResolvedLake | None = None
         if context.config.lake is not None:
             try:
@@ -144,6 +169,10 @@ class IskService:
                 ),
                 name=c.cache.type,
             )
+            self.synthesizers = [
+                registration.factory(settings, self.context)
+                for registration, settings in self._synthesizer_choices
+            ]
             store = FileStore(self.cache)
             self.hotset = HotsetProvider(
                 self.reader,
@@ -154,6 +183,7 @@ class IskService:
                 chunk_records=c.chunk_records,
                 store=store,
                 unit=c.partition_time,
+                synthesizers=self.synthesizers,
             )
             providers: dict[str, TableProvider] = {HOTSET: self.hotset}
             if self.lake is not None:
@@ -207,6 +237,12 @@ class IskService:
             await http.stop()
         self.provider = None
         self.hotset = None
+        synthesizers, self.synthesizers = self.synthesizers, []
+        for synthesizer in synthesizers:
+            close = getattr(synthesizer, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
         cache, self.cache = self.cache, None
         if cache is not None:
             await asyncio.to_thread(_close_quietly, cache, "cache")

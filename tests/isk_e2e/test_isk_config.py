@@ -64,3 +64,16 @@ def test_bad_backend_settings_fail_before_starting(tmp_path: Path) -> None:
     result = run("run", "-c", str(config), BERGSTREAM_HOME=str(tmp_path / "home"))
     assert result.returncode != 0
     assert "max_bytes" in result.stderr
+
+
+def test_unknown_file_synthesizer_fails_before_starting(tmp_path: Path) -> None:
+    config = tmp_path / "isk.yaml"
+    config.write_text(
+        "services:\n  - type: isk\n    config:\n      kafka_bootstrap: 127.0.0.1:1\n"
+        "      synthesizers: [{type: nosuch}]\n      http: {access_key: a, secret_key: b}\n"
+    )
+    result = run("run", "-c", str(config), BERGSTREAM_HOME=str(tmp_path / "home"))
+    assert result.returncode != 0
+    assert "no file synthesizer plugin named 'nosuch'" in result.stderr
+    assert "hotset-parquet" in result.stderr  # the installed ones are listed
+    assert "bergstream: ready" not in result.stderr

@@ -261,3 +261,43 @@ async def test_concurrent_reads_of_a_missing_file_build_it_once(
     assert log.fetches - before == 1
     assert all(data == results[0] for data in results)
     assert await fresh.read_range(key, 4, 10) == results[0][4:10]
+
+
+async def test_configured_synthesizers_build_missing_files_first(
+    tmp_path: Path, log: FakeLog
+) -> None:
+    from bergstream.plugins.isk_gateway.tables.data_synthesizer import HotsetDataSynthesizer
+
+    class Counting(HotsetDataSynthesizer):
+        built: list[str] = []
+
+        async def synthesize(self, path: str) -> bytes:
+            self.built.append(path)
+            return await super().synthesize(path)
+
+    log.produce("orders", 0, 12, lambda i: T0 + i)
+    built = make_provider(tmp_path, log, name="a")
+    await built.load_table("hotset", "orders")
+    keys = [k for k, _ in await built.list_keys("c1/hotset/orders/data/", 100)]
+    counting = Counting(log, "c1")
+    fresh = HotsetProvider(
+        log,
+        SqliteIndex(tmp_path / "index-b.db"),
+        LocalDiskCache(tmp_path / "cache-b", 1 << 28),
+        bucket="gw",
+        cluster="c1",
+        synthesizers=[counting, HotsetDataSynthesizer(log, "c1")],
+    )
+    for key in keys:
+        assert await fresh.read_file(key) == await built.read_file(key)
+    assert counting.built == keys
+    unhandled = HotsetProvider(
+        log,
+        SqliteIndex(tmp_path / "index-c.db"),
+        LocalDiskCache(tmp_path / "cache-c", 1 << 28),
+        bucket="gw",
+        cluster="c1",
+        synthesizers=[HotsetDataSynthesizer(log, "c1", unit="hour")],
+    )
+    with pytest.raises(NoSuchFile, match="no file synthesizer handles it"):
+        await unhandled.read_file(keys[0])

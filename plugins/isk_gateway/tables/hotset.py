@@ -19,13 +19,13 @@ import dataclasses
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bergstream.core.backends import CacheBackend, ChunkEntry, IndexBackend
+from bergstream.core.backends import CacheBackend, ChunkEntry, FileSynthesizer, IndexBackend
 from bergstream.core.metrics import (
     INDEX_LAG,
     ISK_KAFKA_READ_BYTES,
@@ -39,9 +39,12 @@ from bergstream.plugins.isk_gateway.provider import (
     NoSuchTable,
 )
 from bergstream.plugins.isk_gateway.synthesis import (
-    SynthesisError,
-    parquet_bytes,
     records_to_table,
+)
+from bergstream.plugins.isk_gateway.tables.data_synthesizer import (
+    HotsetDataSynthesizer,
+    parquet_layout,
+    time_buckets,
 )
 from bergstream.plugins.isk_gateway.tables.files import FileStore
 from bergstream.plugins.isk_gateway.tables.kafka_reader import FetchedRange, PartitionOffsets
@@ -81,21 +84,6 @@ def record_built(cluster: str, built: BuiltTable) -> None:
         ISK_SYNTHESIZED_BYTES.labels(cluster, metadata_kind(key)).inc(len(data))
 
 
-def _parquet(rows: pa.Table) -> bytes:
-    """The Parquet bytes of ``rows``: one layout for the same rows however they were decoded or
-    sliced, so a file rebuilt from its key has the size its manifest entry states."""
-    return parquet_bytes(rows.combine_chunks())
-
-
-def _buckets(table: pa.Table, unit: str) -> pa.Array:
-    """The UTC time bucket (days or hours since the epoch) of each row's ``kafka_timestamp``."""
-    micros = table.column("kafka_timestamp").cast(pa.int64())
-    size = pa.scalar(UNIT_MICROS[unit], pa.int64())
-    truncated = pc.divide(micros, size)  # integer division, rounding toward zero
-    below = pc.and_(pc.less(micros, 0), pc.not_equal(pc.multiply(truncated, size), micros))
-    return pc.subtract(truncated, pc.cast(below, pa.int64()))
-
-
 class KafkaSource(Protocol):
     """What the hotset reads from Kafka (:class:`.kafka_reader.KafkaReader` implements it)."""
 
@@ -127,6 +115,7 @@ class HotsetProvider:
         store: FileStore | None = None,
         unit: str = DAY,
         parallel_partitions: int = 2,
+        synthesizers: Sequence[FileSynthesizer] | None = None,
     ) -> None:
         if chunk_records <= 0:
             raise ValueError(f"chunk_records must be > 0, got {chunk_records}")
@@ -141,6 +130,10 @@ class HotsetProvider:
         self.unit = unit
         self._parallel = asyncio.Semaphore(max(parallel_partitions, 1))
         self._building: dict[str, asyncio.Future[bytes]] = {}
+        #: Who builds a missing file, first match wins (default: ``hotset-parquet`` on source).
+        self.synthesizers: list[FileSynthesizer] = list(
+            synthesizers or [HotsetDataSynthesizer(source, cluster, unit)]
+        )
         self.store = store if store is not None else FileStore(cache)
         self._memory_files = memory_files
         self._locks: dict[str, asyncio.Lock] = {}
@@ -355,7 +348,7 @@ class HotsetProvider:
         table = records_to_table(fetched.records, partition, start, high, fetched.aborted)
         if not table.num_rows:
             return ChunkEntry(topic, partition, start, high, 0, 0, {}), b""
-        buckets = _buckets(table, self.unit)
+        buckets = time_buckets(table, self.unit)
         other = pc.not_equal(buckets, buckets[0])
         chunk_end = high
         rows = table
@@ -363,7 +356,7 @@ class HotsetProvider:
             cut = pc.index(other, True).as_py()
             chunk_end = table.column("kafka_offset")[cut].as_py()
             rows = table.slice(0, cut)  # rows are in offset order
-        parquet = _parquet(rows)
+        parquet = parquet_layout(rows)
         low_ts, high_ts = pc.min_max(rows.column("kafka_timestamp").cast(pa.int64())).values()
         offsets = rows.column("kafka_offset")
         entry = ChunkEntry(
@@ -402,7 +395,7 @@ class HotsetProvider:
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._building[key] = future
         try:
-            data = await self._rebuild(parsed)
+            data = await self._synthesize(key)
             ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
             await self.store.keep(key, data)
             future.set_result(data)
@@ -417,38 +410,16 @@ class HotsetProvider:
         finally:
             del self._building[key]
 
+    async def _synthesize(self, key: str) -> bytes:
+        """The file at ``key`` from the first synthesizer that handles it."""
+        for synthesizer in self.synthesizers:
+            if synthesizer.handles(key):
+                return await synthesizer.synthesize(key)
+        raise NoSuchFile(f"no such key {key!r} (no file synthesizer handles it)")
+
     async def read_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the file at ``key`` (synthesized whole, then sliced)."""
         return (await self.read_file(key))[start:end]
-
-    async def _rebuild(self, key: DataKey) -> bytes:
-        """The data file at ``key``, from Kafka: only if the range is readable and its rows are
-        exactly that day's (so a made-up key is refused, not answered with an empty file)."""
-        try:
-            offsets = await self.source.offsets(key.topic)
-        except NoSuchTable:
-            raise NoSuchFile(f"no such key {key.key!r} (no topic {key.topic!r})") from None
-        part = offsets.get(key.partition)
-        if part is None or key.start < part.log_start or key.end > part.last_stable:
-            raise NoSuchFile(f"no such key {key.key!r} (offsets not readable in Kafka)")
-        fetched = await self.source.fetch(key.topic, key.partition, key.start, key.end)
-        ISK_KAFKA_READ_BYTES.labels(self.cluster, "serve").inc(len(fetched.records))
-        return await asyncio.to_thread(self._rebuild_from, key, fetched)
-
-    def _rebuild_from(self, key: DataKey, fetched: FetchedRange) -> bytes:
-        try:
-            table = records_to_table(
-                fetched.records, key.partition, key.start, key.end, fetched.aborted
-            )
-            if key.bucket is None or not table.num_rows:
-                raise NoSuchFile(f"no such key {key.key!r} (no rows in that range)")
-            if key.unit != self.unit:
-                raise NoSuchFile(f"no such key {key.key!r} (this hotset is cut by {self.unit})")
-            if pc.any(pc.not_equal(_buckets(table, key.unit), key.bucket)).as_py():
-                raise NoSuchFile(f"no such key {key.key!r} (rows of other {key.unit}s in it)")
-            return _parquet(table)
-        except SynthesisError as error:
-            raise NoSuchFile(f"no such key {key.key!r} ({error})") from None
 
     async def list_keys(self, prefix: str, limit: int) -> list[tuple[str, int]]:
         """Keys of the tables loaded so far (their current snapshot's files) under ``prefix``."""

@@ -1,0 +1,136 @@
+"""``hotset-parquet``: the built-in file synthesizer of hotset data files, registered through the
+``register_file_synthesizers`` hook like any third-party synthesizer.
+
+A data key (:mod:`.paths`) names a cluster, topic, partition, offset range and time bucket; the
+synthesizer reads exactly that range from Kafka (read_committed), checks that the range still
+exists and that every row lies in the key's bucket (a made-up key is refused, never answered with
+an empty file), and writes the rows as Parquet in the same layout the indexer wrote when it listed
+the file, so the bytes match the size in the manifest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field
+
+from bergstream.core.backends import ServiceContext
+from bergstream.core.metrics import ISK_KAFKA_READ_BYTES
+from bergstream.core.models import Bootstrap, StrictModel
+from bergstream.plugins.isk_gateway.provider import NoSuchFile, NoSuchTable
+from bergstream.plugins.isk_gateway.synthesis import SynthesisError, parquet_bytes, records_to_table
+from bergstream.plugins.isk_gateway.tables.kafka_reader import (
+    FetchedRange,
+    KafkaReader,
+    PartitionOffsets,
+)
+from bergstream.plugins.isk_gateway.tables.paths import DAY, UNIT_MICROS, DataKey, parse_key
+
+__all__ = [
+    "HotsetDataSynthesizer",
+    "HotsetDataSynthesizerConfig",
+    "KafkaRanges",
+    "create_hotset_data_synthesizer",
+    "parquet_layout",
+    "time_buckets",
+]
+
+
+class KafkaRanges(Protocol):
+    """What the synthesizer reads from Kafka (:class:`.kafka_reader.KafkaReader` implements it)."""
+
+    async def offsets(self, topic: str) -> dict[int, PartitionOffsets]:
+        """End offsets per partition; :class:`NoSuchTable` if the topic does not exist."""
+        ...
+
+    async def fetch(self, topic: str, partition: int, start: int, end: int) -> FetchedRange:
+        """Record batches covering ``[start, end)``, read_committed, with aborted transactions."""
+        ...
+
+
+def parquet_layout(rows: pa.Table) -> bytes:
+    """The Parquet bytes of ``rows``: one layout for the same rows however they were decoded or
+    sliced, so a file rebuilt from its key has the size its manifest entry states."""
+    return parquet_bytes(rows.combine_chunks())
+
+
+def time_buckets(table: pa.Table, unit: str) -> pa.Array:
+    """The UTC time bucket (days or hours since the epoch, rounded down) of each row's
+    ``kafka_timestamp``."""
+    micros = table.column("kafka_timestamp").cast(pa.int64())
+    size = pa.scalar(UNIT_MICROS[unit], pa.int64())
+    truncated = pc.divide(micros, size)  # integer division, rounding toward zero
+    below = pc.and_(pc.less(micros, 0), pc.not_equal(pc.multiply(truncated, size), micros))
+    return pc.subtract(truncated, pc.cast(below, pa.int64()))
+
+
+class HotsetDataSynthesizerConfig(StrictModel):
+    """Settings of ``hotset-parquet`` (the ``isk`` service fills them from its own)."""
+
+    cluster: str = Field(min_length=1, description="cluster name in the keys it builds")
+    kafka_bootstrap: Bootstrap = Field(description="host:port list of the Kafka cluster")
+    unit: Literal["day", "hour"] = Field(DAY, description="time unit the hotset is cut by")
+
+
+class HotsetDataSynthesizer:
+    """Builds hotset data files of one cluster from their keys (a ``FileSynthesizer``)."""
+
+    def __init__(self, source: KafkaRanges, cluster: str, unit: str = DAY) -> None:
+        self.source = source
+        self.cluster = cluster
+        self.unit = unit
+
+    def handles(self, path: str) -> bool:
+        """Whether ``path`` is a hotset data key of this cluster cut by this unit."""
+        try:
+            key = parse_key(path)
+        except NoSuchFile:
+            return False
+        return isinstance(key, DataKey) and key.cluster == self.cluster and key.unit == self.unit
+
+    async def synthesize(self, path: str) -> bytes:
+        """The Parquet file at ``path``, from Kafka; :class:`NoSuchFile` if the key does not
+        name a readable range whose rows all lie in its time bucket."""
+        key = parse_key(path)
+        if not isinstance(key, DataKey) or not self.handles(path):
+            raise NoSuchFile(f"no such key {path!r} (not a {self.unit} data key of {self.cluster})")
+        try:
+            offsets = await self.source.offsets(key.topic)
+        except NoSuchTable:
+            raise NoSuchFile(f"no such key {path!r} (no topic {key.topic!r})") from None
+        part = offsets.get(key.partition)
+        if part is None or key.start < part.log_start or key.end > part.last_stable:
+            raise NoSuchFile(f"no such key {path!r} (offsets not readable in Kafka)")
+        fetched = await self.source.fetch(key.topic, key.partition, key.start, key.end)
+        ISK_KAFKA_READ_BYTES.labels(self.cluster, "serve").inc(len(fetched.records))
+        return await asyncio.to_thread(self._build, key, fetched)
+
+    async def close(self) -> None:
+        """Close the Kafka connection if this synthesizer opened it."""
+        if isinstance(self.source, KafkaReader):
+            await self.source.close()
+
+    def _build(self, key: DataKey, fetched: FetchedRange) -> bytes:
+        try:
+            table = records_to_table(
+                fetched.records, key.partition, key.start, key.end, fetched.aborted
+            )
+        except SynthesisError as error:
+            raise NoSuchFile(f"no such key {key.key!r} ({error})") from None
+        if key.bucket is None or not table.num_rows:
+            raise NoSuchFile(f"no such key {key.key!r} (no rows in that range)")
+        if pc.any(pc.not_equal(time_buckets(table, key.unit), key.bucket)).as_py():
+            raise NoSuchFile(f"no such key {key.key!r} (rows of other {key.unit}s in it)")
+        return parquet_layout(table)
+
+
+def create_hotset_data_synthesizer(
+    config: HotsetDataSynthesizerConfig, context: ServiceContext
+) -> HotsetDataSynthesizer:
+    """The ``hotset-parquet`` factory: a synthesizer with its own Kafka connection (started on
+    first use)."""
+    reader = KafkaReader(config.kafka_bootstrap, client_id=f"bergstream-isk-{config.cluster}-files")
+    return HotsetDataSynthesizer(reader, config.cluster, config.unit)
