@@ -62,7 +62,7 @@ class TableProvider(Protocol):
         """The whole file at ``key``."""
         ...
 
-    async def read_range(self, key: str, start: int, end: int) -> bytes:
+    async def read_range(self, key: str, start: int, end: int) -> bytes | memoryview:
         """Bytes ``[start, end)`` of the file at ``key`` (a ranged GET)."""
         ...
 

@@ -37,12 +37,14 @@ def start_gateway(
     chunk_records: int,
     extra: str = "",
     index_interval_seconds: float = 30,
+    index_yaml: str | None = None,
 ) -> Gateway:
     """Write a config with free ports under ``workdir`` (plus ``extra`` top-level YAML, e.g. a
     ``lake:`` section) and run it; wait for the ready line."""
     catalog_port, s3_port = free_ports(2)
     config = workdir / "isk.yaml"
     index, cache = workdir / "index.sqlite", workdir / "cache"
+    index_yaml = index_yaml or f'{{type: sqlite, config: {{path: "{index}"}}}}'
     config.write_text(
         textwrap.dedent(
             f"""
@@ -58,7 +60,7 @@ def start_gateway(
                     s3_port: {s3_port}
                     access_key: {ACCESS_KEY}
                     secret_key: {SECRET_KEY}
-                  index: {{type: sqlite, config: {{path: "{index}"}}}}
+                  index: {index_yaml}
                   cache: {{type: local, config: {{directory: "{cache}"}}}}
             """
         )

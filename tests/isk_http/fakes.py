@@ -96,7 +96,7 @@ class FakeProvider:
         except KeyError:
             raise NoSuchFile(key) from None
 
-    async def read_range(self, key: str, start: int, end: int) -> bytes:
+    async def read_range(self, key: str, start: int, end: int) -> bytes | memoryview:
         return (await self.read_file(key))[start:end]
 
     async def list_keys(self, prefix: str, limit: int) -> list[tuple[str, int]]:

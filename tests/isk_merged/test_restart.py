@@ -91,3 +91,40 @@ def test_metadata_from_before_a_restart_is_served_after_it(
         assert sort_rows(static.scan().to_arrow().to_pylist()) == expected
     finally:
         stop(second)
+
+
+def test_switching_the_index_backend_rebuilds_it_with_progress(
+    kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """No migration: a gateway on a new (empty) index backend indexes Kafka again by itself,
+    saying so in its log, and serves the same table."""
+    topic = new_topic(partitions=2)
+    produce(kafka_bootstrap, topic, [{"partition": i % 2, "value": b"%d" % i} for i in range(60)])
+    expected = consume_rows(kafka_bootstrap, topic, 60)
+    first = start_gateway(kafka_bootstrap, tmp_path, chunk_records=8)
+    try:
+        assert (
+            sort_rows(first.catalog().load_table(f"hotset.{topic}").scan().to_arrow().to_pylist())
+            == expected
+        )
+    finally:
+        stop(first)
+    rocks = tmp_path / "rocks-index"
+    second = start_gateway(
+        kafka_bootstrap,
+        tmp_path,
+        chunk_records=8,
+        index_interval_seconds=0.5,
+        index_yaml=f'{{type: rocksdb, config: {{path: "{rocks}"}}}}',
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while f"index of {topic} brought up to date" not in second.process.log():
+            assert time.monotonic() < deadline, second.process.log()[-3000:]
+            time.sleep(0.2)
+        rows = second.catalog().load_table(f"hotset.{topic}").scan().to_arrow().to_pylist()
+        assert sort_rows(rows) == expected
+    finally:
+        stop(second)
+    assert f"indexing {topic}: 60 offsets not in the index yet" in second.process.log()
+    assert rocks.exists()

@@ -363,7 +363,7 @@ class ColdsetProvider:
             return data
         return await asyncio.to_thread(self._read, key, None, None)
 
-    async def read_range(self, key: str, start: int, end: int) -> bytes:
+    async def read_range(self, key: str, start: int, end: int) -> bytes | memoryview:
         """Bytes ``[start, end)`` of a coldset key, read from the lake without the rest."""
         data = await self.store.get(key)
         if data is not None:

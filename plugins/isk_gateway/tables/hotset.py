@@ -215,6 +215,8 @@ class HotsetProvider:
         for partition, part in offsets.items():
             indexed = await self._indexed(topic, partition, part.log_start)
             before += part.last_stable - max([c.end_offset for c in indexed] + [part.log_start])
+        if before > 0:
+            log.info("isk: indexing %s: %d offsets not in the index yet", topic, before)
         await self.live_chunks(topic, offsets)
         return max(before, 0)
 
@@ -417,9 +419,10 @@ class HotsetProvider:
                 return await synthesizer.synthesize(key)
         raise NoSuchFile(f"no such key {key!r} (no file synthesizer handles it)")
 
-    async def read_range(self, key: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of the file at ``key`` (synthesized whole, then sliced)."""
-        return (await self.read_file(key))[start:end]
+    async def read_range(self, key: str, start: int, end: int) -> bytes | memoryview:
+        """Bytes ``[start, end)`` of the file at ``key`` (synthesized whole, then sliced without
+        a copy: ranged GETs of large files are the hot path of a scan)."""
+        return memoryview(await self.read_file(key))[start:end]
 
     async def list_keys(self, prefix: str, limit: int) -> list[tuple[str, int]]:
         """Keys of the tables loaded so far (their current snapshot's files) under ``prefix``."""

@@ -147,7 +147,7 @@ class MergedProvider:
         """A merged metadata file."""
         return await self.hotset.read_file(key)
 
-    async def read_range(self, key: str, start: int, end: int) -> bytes:
+    async def read_range(self, key: str, start: int, end: int) -> bytes | memoryview:
         """Bytes ``[start, end)`` of a merged metadata file."""
         return await self.hotset.read_range(key, start, end)
 

@@ -111,7 +111,7 @@ class NamespaceRouter:
                 return await provider.read_file(target)
             raise
 
-    async def read_range(self, key: str, start: int, end: int) -> bytes:
+    async def read_range(self, key: str, start: int, end: int) -> bytes | memoryview:
         """Bytes ``[start, end)`` of the file at ``key``."""
         provider, target, is_metadata = self._file_provider(key)
         try:
