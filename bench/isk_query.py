@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import shutil
@@ -50,6 +49,7 @@ import yaml
 from benchkit import create_topic, perf_produce, synthesis_vs_write_table
 
 from bergstream.core.lake import LakeConfig, load_catalog, resolve_lake
+from bergstream.core.quickstart_clients import SqlSession, duckdb_extension_paths, offline_duckdb
 from bergstream.core.stack import stack_down, stack_up
 from bergstream.core.stack.ports import free_ports
 
@@ -57,7 +57,6 @@ BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
 TOPIC = "isk_query_bench"
 ACCESS_KEY = "isk-bench"
 SECRET_KEY = "isk-bench-secret"
-DUCKDB_EXTENSIONS = ("parquet", "avro", "httpfs", "iceberg")
 WARM_GOAL, COLD_GOAL, SYNTHESIS_GOAL_MB_S = 1.2, 3.0, 200.0
 # Reads every value (octet_length needs the bytes), and checks the offsets as well as the count.
 QUERY = (
@@ -229,20 +228,6 @@ def median_of(runs: int, query: Callable[[], tuple[float, Result]]) -> tuple[flo
     return statistics.median(times), results.pop()
 
 
-def duckdb_extension_paths() -> list[Path]:
-    """The extension files of the ``duckdb-extension-*`` wheels for the installed DuckDB."""
-    import duckdb
-
-    paths = []
-    for name in DUCKDB_EXTENSIONS:
-        spec = importlib.util.find_spec(f"duckdb_extension_{name}")
-        if spec is None or spec.origin is None:
-            raise RuntimeError(f"duckdb-extension-{name} is not installed: run scripts/setup")
-        path = Path(spec.origin).parent / "extensions" / f"v{duckdb.__version__}"
-        paths.append(path / f"{name}.duckdb_extension")
-    return paths
-
-
 class DuckDBEngine:
     """DuckDB: a new in-memory database per query, so nothing is cached between queries."""
 
@@ -251,28 +236,16 @@ class DuckDBEngine:
     def __init__(self, catalog_url: str, metadata_location: str) -> None:
         self.catalog_url = catalog_url
         self.metadata_location = metadata_location
-        self.extensions = duckdb_extension_paths()
+        self.extensions = duckdb_extension_paths()  # fails now if DuckDB is incomplete
 
     def _run(self, table: str, attach: bool) -> tuple[float, Result]:
-        import duckdb
 
-        connection = duckdb.connect(
-            config={
-                "allow_unsigned_extensions": "true",
-                "autoinstall_known_extensions": "false",
-                "autoload_known_extensions": "false",
-            }
-        )
+        connection = offline_duckdb(self.extensions)
         try:
-            for path in self.extensions:
-                connection.execute(f"LOAD '{path}'")
             connection.execute("SET enable_external_file_cache = false")
             began = time.perf_counter()
             if attach:
-                connection.execute(
-                    f"ATTACH '' AS isk (TYPE iceberg, ENDPOINT '{self.catalog_url}', "
-                    "AUTHORIZATION_TYPE 'none')"
-                )
+                connection.execute(SqlSession.attach_sql(self.catalog_url))
             row = connection.execute(QUERY.format(table=table)).fetchone()
             seconds = time.perf_counter() - began
         finally:

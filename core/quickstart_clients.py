@@ -21,6 +21,7 @@ __all__ = [
     "MissingExtraError",
     "SqlSession",
     "duckdb_extension_paths",
+    "offline_duckdb",
     "read_from_offset_zero",
     "require_quickstart_extra",
 ]
@@ -66,6 +67,29 @@ def duckdb_extension_paths() -> dict[str, Path]:
     return paths
 
 
+def offline_duckdb(extensions: dict[str, Path] | None = None) -> Any:
+    """A new in-memory DuckDB connection with the wheels' extensions loaded by path (parquet,
+    avro, httpfs, then iceberg) and nothing ever downloaded or autoloaded; raises
+    MissingExtraError if DuckDB or an extension is missing."""
+    paths = extensions if extensions is not None else duckdb_extension_paths()
+    import duckdb
+
+    connection = duckdb.connect(
+        config={
+            "allow_unsigned_extensions": "true",
+            "autoinstall_known_extensions": "false",
+            "autoload_known_extensions": "false",
+        }
+    )
+    try:
+        for path in paths.values():
+            connection.execute(f"LOAD '{path}'")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
 def require_quickstart_extra() -> dict[str, Path]:
     """Check that everything the quickstart runs is installed (DuckDB with its extensions,
     PySpark for the pipeline) before anything starts; returns the DuckDB extension paths."""
@@ -82,16 +106,8 @@ class SqlSession:
         import duckdb
 
         self.catalog_url = catalog_url
-        self.connection = duckdb.connect(
-            config={
-                "allow_unsigned_extensions": "true",
-                "autoinstall_known_extensions": "false",
-                "autoload_known_extensions": "false",
-            }
-        )
+        self.connection = offline_duckdb(extensions)
         try:
-            for path in extensions.values():
-                self.connection.execute(f"LOAD '{path}'")
             self.connection.execute(self.attach_sql(catalog_url))
         except duckdb.Error as error:
             self.connection.close()

@@ -128,39 +128,24 @@ ROW_SCHEMA = Schema(
 #: Column names in schema order.
 COLUMNS: tuple[str, ...] = tuple(field.name for field in ROW_SCHEMA.fields)
 
-#: Default partition spec: Kafka partition (identity) and the record's day.
-PARTITION_SPEC = PartitionSpec(
-    PartitionField(
-        source_id=PARTITION_ID,
-        field_id=1000,
-        transform=IdentityTransform(),
-        name="kafka_partition",
-    ),
-    PartitionField(
-        source_id=TIMESTAMP_ID,
-        field_id=1001,
-        transform=DayTransform(),
-        name="kafka_timestamp_day",
-    ),
-    spec_id=0,
-)
 
+def _spec_by(transform: DayTransform | HourTransform, name: str) -> PartitionSpec:
+    return PartitionSpec(
+        PartitionField(
+            source_id=PARTITION_ID,
+            field_id=1000,
+            transform=IdentityTransform(),
+            name="kafka_partition",
+        ),
+        PartitionField(source_id=TIMESTAMP_ID, field_id=1001, transform=transform, name=name),
+        spec_id=0,
+    )
+
+
+#: Default partition spec: Kafka partition (identity) and the record's day.
+PARTITION_SPEC = _spec_by(DayTransform(), "kafka_timestamp_day")
 #: The partition spec with hours instead of days (ISK's ``partition_time: hour``).
-HOUR_PARTITION_SPEC = PartitionSpec(
-    PartitionField(
-        source_id=PARTITION_ID,
-        field_id=1000,
-        transform=IdentityTransform(),
-        name="kafka_partition",
-    ),
-    PartitionField(
-        source_id=TIMESTAMP_ID,
-        field_id=1001,
-        transform=HourTransform(),
-        name="kafka_timestamp_hour",
-    ),
-    spec_id=0,
-)
+HOUR_PARTITION_SPEC = _spec_by(HourTransform(), "kafka_timestamp_hour")
 
 #: Default sort order: by offset, ascending.
 SORT_ORDER = SortOrder(

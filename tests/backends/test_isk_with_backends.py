@@ -20,7 +20,7 @@ from minio import Minio
 
 from bergstream.core.stack.ports import free_ports
 from tests.backends.servers import OwnServer, S3Settings
-from tests.isk_e2e.helpers import Gateway, duckdb_extension_paths, produce
+from tests.isk_e2e.helpers import Gateway, attach_isk, duckdb_connection, produce
 from tests.support import REPO, consume_rows, sort_rows, start_bergstream_run, wait_until
 
 pytestmark = pytest.mark.slow
@@ -95,25 +95,9 @@ def scan(gateway: Gateway, topic: str) -> list[dict[str, Any]]:
 
 def duckdb_summary(gateway: Gateway, topic: str) -> tuple[int, int, int]:
     """``count(*)``, ``count(kafka_value)``, ``sum(kafka_offset)`` as DuckDB reads the table."""
-    extensions = duckdb_extension_paths()
-    if extensions is None:
-        pytest.fail("duckdb and its extension wheels are missing: run scripts/setup")
-    import duckdb
-
-    connection = duckdb.connect(
-        config={
-            "allow_unsigned_extensions": "true",
-            "autoinstall_known_extensions": "false",
-            "autoload_known_extensions": "false",
-        }
-    )
+    connection = duckdb_connection()
     try:
-        for path in extensions.values():
-            connection.execute(f"LOAD '{path}'")
-        connection.execute(
-            f"ATTACH '' AS isk (TYPE iceberg, ENDPOINT '{gateway.catalog_url}', "
-            "AUTHORIZATION_TYPE 'none')"
-        )
+        attach_isk(connection, gateway.catalog_url)
         row = connection.execute(
             f'SELECT count(*), count(kafka_value), sum(kafka_offset) FROM isk.hotset."{topic}"'
         ).fetchone()

@@ -19,7 +19,11 @@ import pytest
 
 from bergstream.core.config import load_config
 from bergstream.core.plugins import load_registry
-from bergstream.core.quickstart_clients import MissingExtraError, duckdb_extension_paths
+from bergstream.core.quickstart_clients import (
+    MissingExtraError,
+    duckdb_extension_paths,
+    offline_duckdb,
+)
 from bergstream.core.quickstart_config import (
     PROXY_PORTS,
     QuickstartPorts,
@@ -150,7 +154,6 @@ def test_missing_duckdb_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
 def _printed_instructions_work(out: str, rows: int) -> None:
     """Run the kcat command, the DuckDB statements and the PyIceberg lines the quickstart
     printed for the user, exactly as printed."""
-    import duckdb
     from pyiceberg.catalog.rest import RestCatalog
 
     kcat = shlex.split(_search(r"(?m)^\s+(kcat .*)$", out)[1])
@@ -166,10 +169,8 @@ def _printed_instructions_work(out: str, rows: int) -> None:
 
     attach = _search(r"(ATTACH '' AS isk .*);", out)[1]
     select = _search(r"(SELECT count\(\*\) FROM isk\.\w+\.payments);", out)[1]
-    connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    connection = offline_duckdb()
     try:
-        for path in duckdb_extension_paths().values():
-            connection.execute(f"LOAD '{path}'")
         connection.execute(attach)
         assert connection.execute(select).fetchone() == (rows,)
     finally:

@@ -3,8 +3,9 @@ records, consume them directly, and load the DuckDB extensions from their wheels
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,6 @@ from tests.support import ProxyProcess, start_bergstream_run
 
 ACCESS_KEY = "isk-test"
 SECRET_KEY = "isk-test-secret"
-DUCKDB_EXTENSIONS = ("parquet", "avro", "httpfs", "iceberg")
 
 
 @dataclass
@@ -89,25 +89,38 @@ def produce(bootstrap: str, topic: str, records: list[dict[str, Any]]) -> None:
     assert not failures, failures
 
 
-def duckdb_extension_paths() -> dict[str, Path] | None:
-    """Extension files shipped by the ``duckdb-extension-*`` wheels matching the installed
-    DuckDB, or None if DuckDB or one of them is not installed."""
-    if importlib.util.find_spec("duckdb") is None:
-        return None
-    import duckdb
+def duckdb_connection() -> Any:
+    """An offline DuckDB connection with the iceberg extension loaded (the quickstart's own
+    setup); the test fails, naming what to install, if DuckDB or an extension is missing."""
+    import pytest
 
-    paths = {}
-    for name in DUCKDB_EXTENSIONS:
-        spec = importlib.util.find_spec(f"duckdb_extension_{name}")
-        if spec is None or spec.origin is None:
-            return None
-        path = (
-            Path(spec.origin).parent
-            / "extensions"
-            / f"v{duckdb.__version__}"
-            / f"{name}.duckdb_extension"
-        )
-        if not path.is_file():
-            return None
-        paths[name] = path
-    return paths
+    from bergstream.core.quickstart_clients import MissingExtraError, offline_duckdb
+
+    try:
+        return offline_duckdb()
+    except MissingExtraError as error:
+        pytest.fail(str(error))
+
+
+def attach_isk(connection: Any, catalog_url: str) -> None:
+    """ATTACH the ISK catalog at ``catalog_url`` as ``isk`` (no auth)."""
+    from bergstream.core.quickstart_clients import SqlSession
+
+    connection.execute(SqlSession.attach_sql(catalog_url))
+
+
+@contextlib.contextmanager
+def shared_spark() -> Iterator[Any]:
+    """The run's one Spark session (pyspark's getOrCreate returns a running one, e.g. the
+    pipeline tests'); stopped on exit only if this call started it."""
+    from pyspark import SparkContext
+
+    from bergstream.pipeline.session import build_session
+
+    started = SparkContext._active_spark_context is None
+    session = build_session({"spark.driver.memory": "1g"})
+    try:
+        yield session
+    finally:
+        if started:
+            session.stop()

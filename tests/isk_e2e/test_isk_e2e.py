@@ -11,7 +11,8 @@ import pytest
 
 from tests.isk_e2e.helpers import (
     Gateway,
-    duckdb_extension_paths,
+    attach_isk,
+    duckdb_connection,
     produce,
 )
 from tests.support import consume_rows, sort_rows
@@ -91,28 +92,12 @@ def test_missing_table_is_no_such_table(gateway: Gateway) -> None:
 def test_duckdb_reads_the_table(
     gateway: Gateway, kafka_bootstrap: str, new_topic: Callable[..., str]
 ) -> None:
-    extensions = duckdb_extension_paths()
-    if extensions is None:
-        pytest.fail("duckdb==1.5.5 and its extension wheels are missing: run scripts/setup")
-    import duckdb
-
     topic = new_topic(partitions=2)
     produce(kafka_bootstrap, topic, mixed_records(37))
     expected = consume_rows(kafka_bootstrap, topic, 37)
-    connection = duckdb.connect(
-        config={
-            "allow_unsigned_extensions": "true",
-            "autoinstall_known_extensions": "false",
-            "autoload_known_extensions": "false",
-        }
-    )
+    connection = duckdb_connection()
     try:
-        for path in extensions.values():  # parquet, avro, httpfs, then iceberg
-            connection.execute(f"LOAD '{path}'")
-        connection.execute(
-            f"ATTACH '' AS isk (TYPE iceberg, ENDPOINT '{gateway.catalog_url}', "
-            "AUTHORIZATION_TYPE 'none')"
-        )
+        attach_isk(connection, gateway.catalog_url)
         count, values, offsets, headers = connection.execute(
             "SELECT count(*), count(kafka_value), sum(kafka_offset), sum(len(kafka_headers)) "
             f'FROM isk.hotset."{topic}"'

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.isk_e2e.helpers import Gateway, produce
+from tests.isk_e2e.helpers import Gateway, produce, shared_spark
 from tests.isk_e2e.test_isk_e2e import mixed_records
 from tests.support import consume_rows, sort_rows
 
@@ -28,19 +28,9 @@ SELECT_ROWS = (
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    """The run's one Spark session (pyspark's getOrCreate returns a running one, e.g. the
-    pipeline tests'); stopped at the end of the module only if this module started it."""
-    from pyspark import SparkContext
-
-    from bergstream.pipeline.session import build_session
-
-    started = SparkContext._active_spark_context is None
-    session = build_session({"spark.driver.memory": "1g"})
-    try:
+    """The run's one Spark session."""
+    with shared_spark() as session:
         yield session
-    finally:
-        if started:
-            session.stop()
 
 
 @pytest.fixture(scope="module")

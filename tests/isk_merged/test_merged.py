@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from tests.isk_e2e.helpers import Gateway, duckdb_extension_paths, produce, start_gateway
+from tests.isk_e2e.helpers import (
+    Gateway,
+    attach_isk,
+    duckdb_connection,
+    produce,
+    shared_spark,
+    start_gateway,
+)
 from tests.ksi.stack_kit import delete_records_below, lake_yaml, run_pipeline_once
 from tests.support import consume_rows, sort_rows
 
@@ -132,31 +139,10 @@ def test_zero_lag_on_merged(stage: Stage, kafka_bootstrap: str) -> None:
         assert found.num_rows == 1, f"round {i}: the record acked before the query is missing"
 
 
-def duckdb_connection() -> Any:
-    extensions = duckdb_extension_paths()
-    if extensions is None:
-        pytest.fail("duckdb==1.5.5 and its extension wheels are missing: run scripts/setup")
-    import duckdb
-
-    connection = duckdb.connect(
-        config={
-            "allow_unsigned_extensions": "true",
-            "autoinstall_known_extensions": "false",
-            "autoload_known_extensions": "false",
-        }
-    )
-    for path in extensions.values():
-        connection.execute(f"LOAD '{path}'")
-    return connection
-
-
 def test_duckdb_reads_each_namespace(stage: Stage) -> None:
     connection = duckdb_connection()
     try:
-        connection.execute(
-            f"ATTACH '' AS isk (TYPE iceberg, ENDPOINT '{stage.gateway.catalog_url}', "
-            "AUTHORIZATION_TYPE 'none')"
-        )
+        attach_isk(connection, stage.gateway.catalog_url)
         counts = {}
         for namespace in ("coldset", "hotset", "merged"):
             counts[namespace] = connection.execute(
@@ -180,18 +166,9 @@ def test_duckdb_reads_each_namespace(stage: Stage) -> None:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    """The run's one Spark session, stopped at the end only if this module started it."""
-    from pyspark import SparkContext
-
-    from bergstream.pipeline.session import build_session
-
-    started = SparkContext._active_spark_context is None
-    session = build_session({"spark.driver.memory": "1g"})
-    try:
+    """The run's one Spark session."""
+    with shared_spark() as session:
         yield session
-    finally:
-        if started:
-            session.stop()
 
 
 def test_spark_reads_each_namespace_and_metadata_tables(spark: Any, stage: Stage) -> None:

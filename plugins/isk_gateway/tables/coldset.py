@@ -11,9 +11,11 @@ metadata. Rewriting a snapshot's manifests is done once per physical snapshot.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -126,6 +128,19 @@ def _rewritten(file: DataFile, path: str) -> DataFile:
     )
     copy.spec_id = file.spec_id
     return copy
+
+
+@contextlib.contextmanager
+def _lake_errors(key: str, path: str) -> Iterator[None]:
+    """A missing lake file is :class:`NoSuchFile`; any other I/O failure is retriable."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise NoSuchFile(f"no such key {key!r} (no file {path!r} in the lake)") from None
+    except OSError as error:
+        if "not found" in str(error).lower() or "no such" in str(error).lower():
+            raise NoSuchFile(f"no such key {key!r} ({error})") from None
+        raise ProviderUnavailable(f"reading {path!r} from the lake: {error}") from error
 
 
 class ColdsetProvider:
@@ -314,37 +329,24 @@ class ColdsetProvider:
         location, io = self._location(parsed.topic)
         return f"{location.rstrip('/')}/{parsed.path}", io
 
-    def _read(self, key: str, start: int | None, end: int | None) -> bytes:
+    def _lake_file(self, key: str) -> tuple[str, FileIO]:
         found = self._lake_path(key)
         if found is None:
             raise NoSuchFile(f"no such key {key!r} (not built by this gateway, or expired)")
-        path, io = found
-        try:
-            with io.new_input(path).open(seekable=True) as stream:
-                if start is None:
-                    return stream.read()
-                stream.seek(start)
-                return stream.read((end or start) - start)
-        except FileNotFoundError:
-            raise NoSuchFile(f"no such key {key!r} (no file {path!r} in the lake)") from None
-        except OSError as error:
-            if "not found" in str(error).lower() or "no such" in str(error).lower():
-                raise NoSuchFile(f"no such key {key!r} ({error})") from None
-            raise ProviderUnavailable(f"reading {path!r} from the lake: {error}") from error
+        return found
+
+    def _read(self, key: str, start: int | None, end: int | None) -> bytes:
+        path, io = self._lake_file(key)
+        with _lake_errors(key, path), io.new_input(path).open(seekable=True) as stream:
+            if start is None:
+                return stream.read()
+            stream.seek(start)
+            return stream.read((end or start) - start)
 
     def _size(self, key: str) -> int:
-        found = self._lake_path(key)
-        if found is None:
-            raise NoSuchFile(f"no such key {key!r} (not built by this gateway, or expired)")
-        path, io = found
-        try:
+        path, io = self._lake_file(key)
+        with _lake_errors(key, path):
             return len(io.new_input(path))
-        except FileNotFoundError:
-            raise NoSuchFile(f"no such key {key!r} (no file {path!r} in the lake)") from None
-        except OSError as error:
-            if "not found" in str(error).lower() or "no such" in str(error).lower():
-                raise NoSuchFile(f"no such key {key!r} ({error})") from None
-            raise ProviderUnavailable(f"reading {path!r} from the lake: {error}") from error
 
     async def file_size(self, key: str) -> int:
         """Size of a coldset key: listed, built metadata, or the lake file's size."""
