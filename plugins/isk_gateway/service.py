@@ -137,6 +137,7 @@ class IskService:
         self.index: IndexBackend | None = None
         self.cache: CacheBackend | None = None
         self.hotset: HotsetProvider | None = None
+        self.merged: MergedProvider | None = None
         self.provider: NamespaceRouter | None = None
         self.http: IskHttpService | None = None
 
@@ -189,7 +190,8 @@ class IskService:
             if self.lake is not None:
                 coldset = ColdsetProvider(self.lake, store, c.http.bucket, c.cluster)
                 providers[COLDSET] = coldset
-                providers[MERGED] = MergedProvider(self.hotset, coldset)
+                self.merged = MergedProvider(self.hotset, coldset)
+                providers[MERGED] = self.merged
             self.provider = NamespaceRouter(providers, store)
             http = IskHttpService(c.http, self.provider)
             await http.start()
@@ -214,6 +216,8 @@ class IskService:
                     new = await self.hotset.index_topic(topic)
                     if new:
                         log.info("isk: index of %s brought up to date (%d new offsets)", topic, new)
+                    if self.merged is not None:
+                        await self.merged.update_pipeline_lag(topic)
                 if failing:
                     log.info("isk: background indexing works again")
                 failing = False
@@ -237,6 +241,7 @@ class IskService:
             await http.stop()
         self.provider = None
         self.hotset = None
+        self.merged = None
         synthesizers, self.synthesizers = self.synthesizers, []
         for synthesizer in synthesizers:
             close = getattr(synthesizer, "close", None)

@@ -20,6 +20,7 @@ from bergstream.plugins.isk_gateway.provider import (
     NoSuchNamespace,
     NoSuchTable,
     ProviderUnavailable,
+    TableNotServable,
 )
 
 ACCESS_KEY = "isk-access"
@@ -49,6 +50,7 @@ class FakeProvider:
 
     def __init__(self) -> None:
         self.unavailable = False
+        self.not_servable = False
         self.tables: dict[tuple[str, str], LoadedTable] = {}
         self.files: dict[str, bytes] = {
             "hotset/orders/data/blob.bin": BLOB,
@@ -79,6 +81,8 @@ class FakeProvider:
 
     async def load_table(self, namespace: str, table: str) -> LoadedTable:
         self._check()
+        if self.not_servable:
+            raise TableNotServable(f"{namespace}.{table}: the coldset has delete files")
         if namespace not in TABLES:
             raise NoSuchNamespace(namespace)
         try:

@@ -145,6 +145,23 @@ def test_provider_unavailable_is_503(isk: RunningService, outage: FakeProvider) 
     assert error_type(f"{base}/hotset/tables/orders") == (503, "ServiceUnavailableException")
 
 
+def test_table_not_servable_is_500_with_the_reason_logged_with_the_client(
+    isk: RunningService, provider: FakeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider.not_servable = True
+    try:
+        with caplog.at_level("WARNING", logger="bergstream.isk"):
+            status, body = call_json(f"{isk.catalog_url}/v1/namespaces/hotset/tables/orders")
+    finally:
+        provider.not_servable = False
+    assert status == 500
+    assert body["error"]["type"] == "ServiceFailureException"
+    assert "delete files" in body["error"]["message"]
+    (record,) = [r for r in caplog.records if "delete files" in r.getMessage()]
+    assert record.component == "isk"  # type: ignore[attr-defined]
+    assert record.client.startswith("127.0.0.1:")  # type: ignore[attr-defined]
+
+
 def test_prefix_routes(make_isk: Any) -> None:
     isk = make_isk(prefix="wh")
     assert call_json(f"{isk.catalog_url}/v1/config")[1]["overrides"] == {"prefix": "wh"}

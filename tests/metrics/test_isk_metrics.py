@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -161,3 +162,36 @@ def test_the_pipeline_lag_follows_kafka_and_the_boundary(
     merged = {"cluster": ISK_CLUSTER, "namespace": "merged"}
     loads = total(behind, "bergstream_isk_load_tables_total", **merged)
     assert loads - total(before, "bergstream_isk_load_tables_total", **merged) >= 2
+
+
+def test_the_background_indexer_keeps_the_pipeline_lag_current_without_queries(
+    kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = new_topic(1, "lag-background")
+    produce(kafka_bootstrap, topic, RECORDS)
+    config, _catalog_port = isk_config(
+        tmp_path, kafka_bootstrap, lake_yaml(tmp_path / "home", kafka_bootstrap)
+    )
+    text = config.read_text()
+    assert "chunk_records: 16\n" in text
+    config.write_text(
+        text.replace(
+            "chunk_records: 16\n", "chunk_records: 16\n      index_interval_seconds: 0.5\n"
+        )
+    )
+    summary = run_pipeline_once(config, topic)
+    assert summary["records"] == RECORDS, summary
+    lag = {"cluster": ISK_CLUSTER, "topic": topic, "partition": "0"}
+    running, url = start_isk(config, tmp_path)
+    try:
+        produce(kafka_bootstrap, topic, 5)  # no LoadTable at all from here on
+        deadline = time.monotonic() + 60
+        while not (
+            has_sample(samples := scrape(url), "bergstream_pipeline_lag_offsets", **lag)
+            and sample(samples, "bergstream_pipeline_lag_offsets", lag) == 5
+        ):
+            assert time.monotonic() < deadline, running.log()[-3000:]
+            time.sleep(0.3)
+        assert sample(samples, "bergstream_isk_index_lag_offsets", lag) < RECORDS + 5
+    finally:
+        stop(running)

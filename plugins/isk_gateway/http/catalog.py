@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl, unquote
 
 from aiohttp import web
 
+from bergstream.plugins.isk_gateway.http.logfields import client_fields
 from bergstream.plugins.isk_gateway.provider import (
     LoadedTable,
     NoSuchNamespace,
@@ -112,7 +113,7 @@ class RestCatalogApp:
         except _Error as exc:
             return _error(exc, head)
         except TableNotServable as exc:
-            log.warning("REST catalog: %s", exc)
+            log.warning("REST catalog: %s", exc, extra=client_fields(request))
             return _error(_Error(500, "ServiceFailureException", str(exc)), head)
         except ProviderUnavailable as exc:
             return _error(
@@ -124,7 +125,12 @@ class RestCatalogApp:
                 head,
             )
         except Exception:
-            log.exception("REST catalog failed on %s %s", request.method, request.rel_url)
+            log.exception(
+                "REST catalog failed on %s %s",
+                request.method,
+                request.rel_url,
+                extra=client_fields(request),
+            )
             return _error(_Error(500, "InternalServerError", "Internal server error"), head)
 
     async def _namespaces(

@@ -19,6 +19,7 @@ from xml.sax.saxutils import escape
 
 from aiohttp import web
 
+from bergstream.plugins.isk_gateway.http.logfields import client_fields
 from bergstream.plugins.isk_gateway.http.sigv4 import SigV4Error, verify_sigv4
 from bergstream.plugins.isk_gateway.provider import NoSuchFile, ProviderUnavailable, TableProvider
 
@@ -115,7 +116,9 @@ class S3Gateway:
                 S3Error("SlowDown", f"Please reduce your request rate: {exc}"), raw_path, head
             )
         except Exception:
-            log.exception("S3 gateway failed on %s %s", request.method, raw_path)
+            log.exception(
+                "S3 gateway failed on %s %s", request.method, raw_path, extra=client_fields(request)
+            )
             return self._error(S3Error("InternalError", "Internal error"), raw_path, head)
 
     async def _object(self, request: web.Request, key: str, head: bool) -> web.StreamResponse:
@@ -166,7 +169,13 @@ class S3Gateway:
         except NoSuchFile as exc:
             raise S3Error("NoSuchKey", "The specified key does not exist.") from exc
         if len(body) != end - start:
-            log.error("S3 gateway: %s has %d bytes, %d expected", key, len(body), end - start)
+            log.error(
+                "S3 gateway: %s has %d bytes, %d expected",
+                key,
+                len(body),
+                end - start,
+                extra=client_fields(request),
+            )
             raise S3Error("InternalError", "The object changed while it was read")
         return web.Response(status=status, headers=headers, body=body)
 

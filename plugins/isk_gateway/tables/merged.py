@@ -129,6 +129,13 @@ class MergedProvider:
             f"is cut by {self.hotset.unit}); query coldset and hotset separately"
         )
 
+    async def update_pipeline_lag(self, topic: str) -> None:
+        """Set ``bergstream_pipeline_lag_offsets`` of ``topic`` from its coldset boundary and
+        Kafka's high watermarks (the background indexer calls it for every topic)."""
+        cold = await self.coldset.snapshot(topic)
+        offsets = await self.hotset.source.offsets(topic)
+        self._record_lag(topic, offsets, cold.boundary if cold is not None else {})
+
     def _record_lag(
         self, table: str, offsets: dict[int, PartitionOffsets], boundary: dict[int, int]
     ) -> None:
