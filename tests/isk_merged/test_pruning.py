@@ -53,7 +53,7 @@ async def gateway(reader: KafkaReader, index: SqliteIndex, cache_dir: Path) -> I
     cache = LocalDiskCache(cache_dir, 1 << 30)
     store = FileStore(cache)
     hotset = HotsetProvider(
-        reader, index, cache, bucket="gateway", cluster=CLUSTER, chunk_records=60, store=store
+        reader, index, cache, bucket="gateway", cluster=CLUSTER, chunk_records=30, store=store
     )
     config = IskHttpConfig(
         catalog_port=0, s3_port=0, access_key="k", secret_key="s", bucket="gateway"
@@ -118,6 +118,6 @@ async def test_one_hour_reads_a_small_part_of_the_kafka_bytes(
     assert len(full_rows) == RECORDS
     assert sorted(r["kafka_offset"] for r in hour_rows) == list(range(13 * 120, 14 * 120))
     assert full_bytes > 0
-    # 1 hour of 24, chunks of 30 minutes: the hour touches at most 3 chunks of 48
+    # 1 hour of 24, chunks of 15 minutes: the hour touches 4 chunks of 96 (+1 read ahead)
     assert 0 < hour_bytes <= full_bytes / 10, (hour_bytes, full_bytes)
     print(f"pruning: one hour read {hour_bytes:.0f} of {full_bytes:.0f} Kafka bytes")

@@ -301,3 +301,43 @@ async def test_configured_synthesizers_build_missing_files_first(
     )
     with pytest.raises(NoSuchFile, match="no file synthesizer handles it"):
         await unhandled.read_file(keys[0])
+
+
+async def test_sequential_cold_reads_build_the_next_file_ahead(
+    tmp_path: Path, log: FakeLog
+) -> None:
+    import asyncio
+
+    log.produce("orders", 0, 60, lambda i: T0 + i)
+    built = make_provider(tmp_path, log, chunk_records=10, name="a")
+    await built.load_table("hotset", "orders")
+    fresh = make_provider(tmp_path, log, chunk_records=10, name="b")
+    await fresh.load_table("hotset", "orders")  # lists the files; builds only the tail
+    keys = sorted(
+        (k for k, _ in await fresh.list_keys("c1/hotset/orders/data/", 100)),
+        key=lambda k: parse_key(k).start,
+    )
+    assert len(keys) == 6
+    for key in keys:  # a fresh cache: nothing held
+        fresh.store._memory.pop(key, None)
+        fresh.cache.delete(key)
+
+    async def settle() -> None:
+        for _ in range(50):
+            if not fresh._read_ahead_tasks:
+                return
+            await asyncio.sleep(0.01)
+
+    await fresh.read_file(keys[0])
+    await settle()
+    assert not fresh.store.holds(keys[1])  # one cold read is no scan yet
+    await fresh.read_file(keys[3])
+    await settle()
+    assert not fresh.store.holds(keys[4])  # a jump is no scan either
+    await fresh.read_file(keys[4])  # keys[3] then keys[4]: sequential
+    await settle()
+    assert fresh.store.holds(keys[5])  # built ahead, before anyone asked
+    before = log.fetches
+    assert await fresh.read_file(keys[5]) == await built.read_file(keys[5])
+    assert log.fetches == before
+    assert not fresh.store.holds(keys[1]) and not fresh.store.holds(keys[2])

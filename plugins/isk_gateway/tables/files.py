@@ -38,6 +38,10 @@ class FileStore:
             _key, dropped = self._memory.popitem(last=False)
             self._held -= len(dropped)
 
+    def holds(self, key: str) -> bool:
+        """Whether ``key`` is in memory now."""
+        return key in self._memory
+
     async def keep(self, key: str, data: bytes) -> None:
         """Keep ``data`` in memory and in the cache backend."""
         self.remember(key, data)

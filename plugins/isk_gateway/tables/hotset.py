@@ -130,6 +130,12 @@ class HotsetProvider:
         self.unit = unit
         self._parallel = asyncio.Semaphore(max(parallel_partitions, 1))
         self._building: dict[str, asyncio.Future[bytes]] = {}
+        # Read-ahead of sequential cold scans: the next data file of a partition, per topic.
+        self._successors: dict[str, dict[str, str]] = {}
+        self._last_cold: dict[tuple[str, int], str] = {}
+        self._read_ahead: set[str] = set()
+        self._read_ahead_tasks: set[asyncio.Task[None]] = set()
+        self._read_ahead_slots = asyncio.Semaphore(1)
         #: Who builds a missing file, first match wins (default: ``hotset-parquet`` on source).
         self.synthesizers: list[FileSynthesizer] = list(
             synthesizers or [HotsetDataSynthesizer(source, cluster, unit)]
@@ -175,10 +181,17 @@ class HotsetProvider:
         for key, data in built.files.items():
             await self.store.keep(key, data)
         listing = {key: len(data) for key, data in built.files.items()}
-        for chunk in chunks:
+        successors: dict[str, str] = {}
+        previous: DataKey | None = None
+        for chunk in sorted(chunks, key=lambda c: (c.partition, c.start_offset)):
             if chunk.row_count:
-                key = dataclasses.replace(self._data_key(chunk), namespace=namespace)
+                hot_key = self._data_key(chunk)
+                key = dataclasses.replace(hot_key, namespace=namespace)
                 listing[key.key] = chunk.size_bytes
+                if previous is not None and previous.partition == hot_key.partition:
+                    successors[previous.key] = hot_key.key
+                previous = hot_key
+        self._successors[table] = successors
         listing.update(more_sizes or {})
         self.store.set_listing(namespace, table, listing)
 
@@ -383,17 +396,30 @@ class HotsetProvider:
         return size if size is not None else len(await self.read_file(key))
 
     async def read_file(self, key: str) -> bytes:
+        return await self._read(key, ahead=False)
+
+    async def _read(self, key: str, ahead: bool) -> bytes:
+        """The file at ``key``: held, cached or built (once for concurrent readers). ``ahead``:
+        a read-ahead build, which neither counts as a client's read nor reads further ahead."""
         parsed = parse_key(key)
         if parsed.cluster != self.cluster:
             raise NoSuchFile(f"no such key {key!r} (cluster {self.cluster!r} is served here)")
         data = await self.store.get(key)
         if data is not None:
+            if not ahead and key in self._read_ahead:  # a read-ahead was used: keep one ahead
+                self._read_ahead.discard(key)
+                self._read_ahead_after(parsed)
             return data
         if not isinstance(parsed, DataKey):
             raise NoSuchFile(f"no such key {key!r} (not built by this gateway, or expired)")
         building = self._building.get(key)
         if building is not None:  # concurrent GETs of one missing file: build it once
+            if not ahead and key in self._read_ahead:
+                self._read_ahead.discard(key)
+                self._read_ahead_after(parsed)
             return await asyncio.shield(building)
+        if not ahead:
+            self._note_cold_read(parsed)
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._building[key] = future
         try:
@@ -411,6 +437,38 @@ class HotsetProvider:
             raise
         finally:
             del self._building[key]
+
+    def _successor(self, key: DataKey) -> str | None:
+        return self._successors.get(key.topic, {}).get(key.key)
+
+    def _note_cold_read(self, key: DataKey) -> None:
+        """A cold read right after the cold read of the file before it is a sequential scan:
+        start building the file after it in the background."""
+        previous = self._last_cold.get((key.topic, key.partition))
+        self._last_cold[(key.topic, key.partition)] = key.key
+        if previous is not None and self._successors.get(key.topic, {}).get(previous) == key.key:
+            self._read_ahead_after(key)
+
+    def _read_ahead_after(self, key: DataKey) -> None:
+        """Build the file after ``key`` in its partition in the background, unless it is held
+        or being built already (one read-ahead build at a time)."""
+        following = self._successor(key)
+        if following is None or following in self._building or self.store.holds(following):
+            return
+        self._read_ahead.add(following)
+        task = asyncio.create_task(self._build_ahead(following))
+        self._read_ahead_tasks.add(task)
+        task.add_done_callback(self._read_ahead_tasks.discard)
+
+    async def _build_ahead(self, key: str) -> None:
+        async with self._read_ahead_slots:
+            if key not in self._read_ahead or self.store.holds(key):
+                return
+            try:
+                await self._read(key, ahead=True)
+            except Exception as error:  # a read-ahead is a guess: the real read reports errors
+                self._read_ahead.discard(key)
+                log.debug("isk: read-ahead of %s failed: %s", key, error)
 
     async def _synthesize(self, key: str) -> bytes:
         """The file at ``key`` from the first synthesizer that handles it."""
