@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
@@ -23,7 +24,7 @@ from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpSer
 from bergstream.plugins.isk_gateway.provider import TableProvider
 from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider
 from bergstream.plugins.isk_gateway.tables.files import FileStore
-from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
+from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider, IndexStep
 from bergstream.plugins.isk_gateway.tables.kafka_reader import KafkaReader
 from bergstream.plugins.isk_gateway.tables.merged import MergedProvider
 from bergstream.plugins.isk_gateway.tables.paths import COLDSET, HOTSET, MERGED
@@ -204,20 +205,54 @@ class IskService:
         namespaces = ", ".join(await self.provider.list_namespaces())
         log.info("isk: catalog %s, s3 %s, namespaces %s", self.catalog_url, self.s3_url, namespaces)
 
+    @staticmethod
+    def _report_index_step(
+        topic: str,
+        step: IndexStep,
+        catching_up: dict[str, int],
+        last_progress: dict[str, float],
+    ) -> None:
+        """Log the start, the progress (at most every 5 s) and the end of a topic's catch-up."""
+        if topic not in catching_up:
+            if not step.indexed and not step.behind:
+                return
+            log.info("isk: indexing %s: %d offsets not in the index yet", topic, step.missing)
+            catching_up[topic] = 0
+            last_progress[topic] = time.monotonic()
+        catching_up[topic] += step.indexed
+        if step.behind:
+            if time.monotonic() - last_progress[topic] >= 5:
+                last_progress[topic] = time.monotonic()
+                log.info(
+                    "isk: indexing %s: %d offsets indexed, %d to go",
+                    topic, catching_up[topic], step.behind,
+                )  # fmt: skip
+            return
+        done = catching_up.pop(topic)
+        last_progress.pop(topic, None)
+        log.info("isk: index of %s brought up to date (%d new offsets)", topic, done)
+
     async def _index_forever(self, interval: float) -> None:
-        """Keep the chunk index of every topic up to date, one topic at a time."""
+        """Keep the pipeline lag of the lake's topics current, and the chunk index of every
+        topic up to date, one topic and a few chunks at a time."""
         assert self.hotset is not None and self.reader is not None
         failing = False
+        catching_up: dict[str, int] = {}  # topic -> offsets indexed since it fell behind
+        last_progress: dict[str, float] = {}
         while True:
             try:
+                if self.merged is not None:  # the lake's few topics first: cheap, and watched
+                    for topic in await self.merged.coldset.topics():
+                        with contextlib.suppress(LookupError):
+                            await self.merged.update_pipeline_lag(topic)
                 for topic in await self.reader.topics():
                     if topic.startswith("__"):
                         continue
-                    new = await self.hotset.index_topic(topic)
-                    if new:
-                        log.info("isk: index of %s brought up to date (%d new offsets)", topic, new)
-                    if self.merged is not None:
-                        await self.merged.update_pipeline_lag(topic)
+                    try:
+                        step = await self.hotset.index_topic(topic)
+                        self._report_index_step(topic, step, catching_up, last_progress)
+                    except LookupError:  # deleted since it was listed
+                        catching_up.pop(topic, None)
                 if failing:
                     log.info("isk: background indexing works again")
                 failing = False

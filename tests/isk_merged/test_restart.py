@@ -38,25 +38,34 @@ def stop(gateway: Gateway) -> None:
 def test_background_indexing_without_any_query(
     kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
+    """The gateway sees every topic of the session's Kafka: chunks of 1,000 keep the other
+    topics' share of each pass small, and each topic gets at most a few chunks per pass."""
     topic = new_topic(partitions=2)
-    produce(kafka_bootstrap, topic, [{"partition": i % 2, "value": b"%d" % i} for i in range(40)])
-    gateway = start_gateway(kafka_bootstrap, tmp_path, chunk_records=6, index_interval_seconds=0.5)
+    records = [{"partition": i % 2, "value": b"%d" % i} for i in range(5000)]
+    produce(kafka_bootstrap, topic, records)
+    gateway = start_gateway(
+        kafka_bootstrap, tmp_path, chunk_records=1000, index_interval_seconds=0.5
+    )
     try:
         index = SqliteIndex(tmp_path / "index.sqlite")
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 240
             while True:
                 chunks = [index.chunks(topic, p) for p in (0, 1)]
                 ends = [max((c.end_offset for c in found), default=0) for found in chunks]
-                if ends == [18, 18]:  # 20 offsets per partition: 3 sealed chunks of 6 each
+                if ends == [2000, 2000]:  # 2,500 offsets per partition: 2 sealed chunks
                     break
                 assert time.monotonic() < deadline, f"index not built in the background: {ends}"
-                time.sleep(0.2)
+                time.sleep(0.5)
         finally:
             index.close()
+        deadline = time.monotonic() + 60
+        while f"index of {topic} brought up to date" not in gateway.process.log():
+            assert time.monotonic() < deadline, gateway.process.log()[-3000:]
+            time.sleep(0.2)
     finally:
         stop(gateway)
-    assert f"index of {topic} brought up to date" in gateway.process.log()
+    assert f"indexing {topic}: 5000 offsets not in the index yet" in gateway.process.log()
 
 
 def test_metadata_from_before_a_restart_is_served_after_it(
@@ -99,9 +108,9 @@ def test_switching_the_index_backend_rebuilds_it_with_progress(
     """No migration: a gateway on a new (empty) index backend indexes Kafka again by itself,
     saying so in its log, and serves the same table."""
     topic = new_topic(partitions=2)
-    produce(kafka_bootstrap, topic, [{"partition": i % 2, "value": b"%d" % i} for i in range(60)])
-    expected = consume_rows(kafka_bootstrap, topic, 60)
-    first = start_gateway(kafka_bootstrap, tmp_path, chunk_records=8)
+    produce(kafka_bootstrap, topic, [{"partition": i % 2, "value": b"%d" % i} for i in range(5000)])
+    expected = consume_rows(kafka_bootstrap, topic, 5000)
+    first = start_gateway(kafka_bootstrap, tmp_path, chunk_records=1000)
     try:
         assert (
             sort_rows(first.catalog().load_table(f"hotset.{topic}").scan().to_arrow().to_pylist())
@@ -113,12 +122,12 @@ def test_switching_the_index_backend_rebuilds_it_with_progress(
     second = start_gateway(
         kafka_bootstrap,
         tmp_path,
-        chunk_records=8,
+        chunk_records=1000,
         index_interval_seconds=0.5,
         index_yaml=f'{{type: rocksdb, config: {{path: "{rocks}"}}}}',
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 240
         while f"index of {topic} brought up to date" not in second.process.log():
             assert time.monotonic() < deadline, second.process.log()[-3000:]
             time.sleep(0.2)
@@ -126,5 +135,5 @@ def test_switching_the_index_backend_rebuilds_it_with_progress(
         assert sort_rows(rows) == expected
     finally:
         stop(second)
-    assert f"indexing {topic}: 60 offsets not in the index yet" in second.process.log()
+    assert f"indexing {topic}: 5000 offsets not in the index yet" in second.process.log()
     assert rocks.exists()

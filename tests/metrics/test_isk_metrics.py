@@ -185,7 +185,7 @@ def test_the_background_indexer_keeps_the_pipeline_lag_current_without_queries(
     running, url = start_isk(config, tmp_path)
     try:
         produce(kafka_bootstrap, topic, 5)  # no LoadTable at all from here on
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         while not (
             has_sample(samples := scrape(url), "bergstream_pipeline_lag_offsets", **lag)
             and sample(samples, "bergstream_pipeline_lag_offsets", lag) == 5

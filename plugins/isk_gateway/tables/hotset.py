@@ -20,6 +20,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
@@ -63,7 +64,7 @@ from bergstream.plugins.isk_gateway.tables.paths import (
     parse_key,
 )
 
-__all__ = ["HotsetProvider", "KafkaSource", "metadata_kind", "record_built"]
+__all__ = ["HotsetProvider", "IndexStep", "KafkaSource", "metadata_kind", "record_built"]
 
 log = logging.getLogger("bergstream.isk.index")
 
@@ -82,6 +83,15 @@ def record_built(cluster: str, built: BuiltTable) -> None:
     """Count the bytes of a table's freshly built metadata files."""
     for key, data in built.files.items():
         ISK_SYNTHESIZED_BYTES.labels(cluster, metadata_kind(key)).inc(len(data))
+
+
+@dataclass
+class IndexStep:
+    """What one background indexing step of a topic found and did, in offsets."""
+
+    missing: int = 0  # not in the index before the step (up to the last stable offset)
+    indexed: int = 0  # indexed by the step
+    behind: int = 0  # sealed offsets still to index after it (the unsealed tail left out)
 
 
 class KafkaSource(Protocol):
@@ -220,18 +230,29 @@ class HotsetProvider:
         async with self._parallel:
             return await self._refresh(topic, offsets, floor)
 
-    async def index_topic(self, topic: str) -> int:
-        """Bring the index of ``topic`` up to its last stable offsets (the background indexer's
-        step); return the number of offsets that were not indexed before."""
+    async def index_topic(self, topic: str, max_chunks: int = 8) -> IndexStep:
+        """One step of the background indexer for ``topic``: index up to ``max_chunks`` new
+        sealed chunks per partition (so a large backlog does not hold up other topics)."""
         offsets = await self.source.offsets(topic)
-        before = 0
-        for partition, part in offsets.items():
-            indexed = await self._indexed(topic, partition, part.log_start)
-            before += part.last_stable - max([c.end_offset for c in indexed] + [part.log_start])
-        if before > 0:
-            log.info("isk: indexing %s: %d offsets not in the index yet", topic, before)
-        await self.live_chunks(topic, offsets)
-        return max(before, 0)
+        step = IndexStep()
+        lock = self._locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            for partition, part in sorted(offsets.items()):
+                end = part.last_stable
+                indexed = await self._indexed(topic, partition, part.log_start)
+                position = max([c.end_offset for c in indexed] + [part.log_start])
+                if position >= end:
+                    continue
+                step.missing += end - position
+                step_end = min(end, position + max_chunks * self.chunk_records)
+                await self._chunks(topic, partition, position, step_end, index=True)
+                now = await self._indexed(topic, partition, position)
+                reached = max([c.end_offset for c in now] + [position])
+                step.indexed += reached - position
+                if step_end < end:  # more sealed chunks to come; the tail never is
+                    step.behind += end - reached
+                INDEX_LAG.labels(self.cluster, topic, str(partition)).set(end - reached)
+        return step
 
     @staticmethod
     def _check_namespace(namespace: str) -> None:

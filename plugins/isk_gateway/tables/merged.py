@@ -131,10 +131,13 @@ class MergedProvider:
 
     async def update_pipeline_lag(self, topic: str) -> None:
         """Set ``bergstream_pipeline_lag_offsets`` of ``topic`` from its coldset boundary and
-        Kafka's high watermarks (the background indexer calls it for every topic)."""
+        Kafka's high watermarks, if the lake has a table for it (the background indexer calls
+        it for every topic)."""
         cold = await self.coldset.snapshot(topic)
+        if cold is None:  # not copied by the pipeline: no lag to speak of
+            return
         offsets = await self.hotset.source.offsets(topic)
-        self._record_lag(topic, offsets, cold.boundary if cold is not None else {})
+        self._record_lag(topic, offsets, cold.boundary)
 
     def _record_lag(
         self, table: str, offsets: dict[int, PartitionOffsets], boundary: dict[int, int]
