@@ -251,3 +251,22 @@ def test_raw_escaping_paths_are_denied(isk: RunningService, raw_key: str) -> Non
     assert response.status == 403, body
     assert b"<Code>AccessDenied</Code>" in body
     assert b"invalid key" in body, body  # signature was valid; the key was refused
+
+
+def test_large_bodies_are_streamed_whole_and_ranged(s3: BaseClient, provider: Any) -> None:
+    import os
+
+    big = os.urandom(5 * 1024 * 1024 + 17)  # over the 1 MiB slice size, not a multiple of it
+    key = "hotset/orders/data/large.bin"
+    provider.files[key] = big
+    try:
+        whole = s3.get_object(Bucket=BUCKET, Key=key)
+        assert whole["ContentLength"] == len(big)
+        assert whole["Body"].read() == big
+        part = s3.get_object(Bucket=BUCKET, Key=key, Range="bytes=1048570-3145740")
+        assert part["ContentRange"] == f"bytes 1048570-3145740/{len(big)}"
+        assert part["Body"].read() == big[1048570:3145741]
+        tail = s3.get_object(Bucket=BUCKET, Key=key, Range="bytes=-1048583")
+        assert tail["Body"].read() == big[-1048583:]
+    finally:
+        del provider.files[key]

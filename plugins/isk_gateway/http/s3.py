@@ -28,6 +28,8 @@ __all__ = ["S3Gateway", "object_etag"]
 log = logging.getLogger(__name__)
 
 MAX_KEYS = 1000
+#: Bodies larger than this are written in slices of this size.
+_STREAM_CHUNK = 1 << 20
 _XML_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 _STATUS = {
     "AccessDenied": 403,
@@ -177,7 +179,18 @@ class S3Gateway:
                 extra=client_fields(request),
             )
             raise S3Error("InternalError", "The object changed while it was read")
-        return web.Response(status=status, headers=headers, body=body)
+        if len(body) <= _STREAM_CHUNK:
+            return web.Response(status=status, headers=headers, body=body)
+        # A large body goes out in slices, each awaited: handed to the transport at once, it
+        # would sit in one buffer that is shifted after every socket send (quadratic copying).
+        response = web.StreamResponse(status=status, headers=headers)
+        response.content_length = len(body)
+        await response.prepare(request)
+        view = memoryview(body)
+        for offset in range(0, len(view), _STREAM_CHUNK):
+            await response.write(view[offset : offset + _STREAM_CHUNK])
+        await response.write_eof()
+        return response
 
     async def _bucket(self, raw_query: str, head: bool) -> web.StreamResponse:
         if head:
