@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -22,7 +23,9 @@ T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 MIDNIGHT = (T0 // DAY_MS + 1) * DAY_MS
 
 
-def make_provider(tmp_path: Path, log: FakeLog, chunk_records: int = 10, name: str = "a"):
+def make_provider(
+    tmp_path: Path, log: FakeLog, chunk_records: int = 10, name: str = "a", **options: Any
+):
     return HotsetProvider(
         log,
         SqliteIndex(tmp_path / f"index-{name}.db"),
@@ -30,6 +33,7 @@ def make_provider(tmp_path: Path, log: FakeLog, chunk_records: int = 10, name: s
         bucket="gw",
         cluster="c1",
         chunk_records=chunk_records,
+        **options,
     )
 
 
@@ -206,15 +210,7 @@ async def test_hour_unit_cuts_chunks_by_hour_and_partitions_by_hour(
     hour_ms = 3_600_000
     top_of_hour = (T0 // hour_ms + 1) * hour_ms
     records = {0: log.produce("orders", 0, 12, lambda i: top_of_hour - 5 + i), 1: []}
-    provider = HotsetProvider(
-        log,
-        SqliteIndex(tmp_path / "index.db"),
-        LocalDiskCache(tmp_path / "cache", 1 << 28),
-        bucket="gw",
-        cluster="c1",
-        chunk_records=10,
-        unit="hour",
-    )
+    provider = make_provider(tmp_path, log, unit="hour")
     loaded = await provider.load_table("hotset", "orders")
     assert await scan_rows(provider, loaded) == expected_rows(records)
     (spec,) = loaded.metadata["partition-specs"]
@@ -230,14 +226,7 @@ async def test_hour_unit_cuts_chunks_by_hour_and_partitions_by_hour(
     hour_chunks = provider.index.chunks("orders#hour", 0)
     assert [(c.start_offset, c.end_offset) for c in hour_chunks] == [(0, 5)]  # then the tail
     # a file rebuilds from its hour key alone, byte for byte
-    fresh = HotsetProvider(
-        log,
-        SqliteIndex(tmp_path / "index-b.db"),
-        LocalDiskCache(tmp_path / "cache-b", 1 << 28),
-        bucket="gw",
-        cluster="c1",
-        unit="hour",
-    )
+    fresh = make_provider(tmp_path, log, name="b", unit="hour")
     for key in keys:
         assert await fresh.read_file(key) == await provider.read_file(key)
     pruned = await scan_rows(
@@ -280,24 +269,14 @@ async def test_configured_synthesizers_build_missing_files_first(
     await built.load_table("hotset", "orders")
     keys = [k for k, _ in await built.list_keys("c1/hotset/orders/data/", 100)]
     counting = Counting(log, "c1")
-    fresh = HotsetProvider(
-        log,
-        SqliteIndex(tmp_path / "index-b.db"),
-        LocalDiskCache(tmp_path / "cache-b", 1 << 28),
-        bucket="gw",
-        cluster="c1",
-        synthesizers=[counting, HotsetDataSynthesizer(log, "c1")],
+    fresh = make_provider(
+        tmp_path, log, name="b", synthesizers=[counting, HotsetDataSynthesizer(log, "c1")]
     )
     for key in keys:
         assert await fresh.read_file(key) == await built.read_file(key)
     assert counting.built == keys
-    unhandled = HotsetProvider(
-        log,
-        SqliteIndex(tmp_path / "index-c.db"),
-        LocalDiskCache(tmp_path / "cache-c", 1 << 28),
-        bucket="gw",
-        cluster="c1",
-        synthesizers=[HotsetDataSynthesizer(log, "c1", unit="hour")],
+    unhandled = make_provider(
+        tmp_path, log, name="c", synthesizers=[HotsetDataSynthesizer(log, "c1", unit="hour")]
     )
     with pytest.raises(NoSuchFile, match="no file synthesizer handles it"):
         await unhandled.read_file(keys[0])
