@@ -11,6 +11,9 @@ from bergstream.core.backends import CacheBackend
 
 __all__ = ["FileStore"]
 
+#: Sizes of listed keys remembered for HEAD requests (about 100 bytes each).
+_KNOWN_SIZES = 1_000_000
+
 
 class FileStore:
     """Built files by key: an in-memory LRU of at most ``memory_bytes`` in front of ``cache``
@@ -23,6 +26,7 @@ class FileStore:
         self._memory_bytes = memory_bytes
         self._held = 0
         self._listings: dict[tuple[str, str], dict[str, int]] = {}
+        self._sizes: OrderedDict[str, int] = OrderedDict()
 
     def remember(self, key: str, data: bytes) -> None:
         """Keep ``data`` in memory (not in the cache backend); a file over a quarter of the
@@ -61,14 +65,16 @@ class FileStore:
     def set_listing(self, namespace: str, table: str, sizes: Mapping[str, int]) -> None:
         """The keys (with sizes) of the current snapshot of ``namespace.table``."""
         self._listings[(namespace, table)] = dict(sizes)
+        # A key names its content, so its size never changes: remember it past the snapshot.
+        for key, size in sizes.items():
+            self._sizes[key] = size
+            self._sizes.move_to_end(key)
+        while len(self._sizes) > _KNOWN_SIZES:
+            self._sizes.popitem(last=False)
 
     def size(self, key: str) -> int | None:
-        """The size of ``key`` if a current snapshot lists it."""
-        for listing in self._listings.values():
-            size = listing.get(key)
-            if size is not None:
-                return size
-        return None
+        """The size of ``key`` if a loaded snapshot listed it."""
+        return self._sizes.get(key)
 
     def list_keys(self, prefix: str, limit: int) -> list[tuple[str, int]]:
         """Listed keys under ``prefix`` with their sizes, sorted, at most ``limit``."""

@@ -92,7 +92,11 @@ class NamespaceRouter:
         return True
 
     async def file_size(self, key: str) -> int:
-        """Size of the file at ``key``."""
+        """Size of the file at ``key``: listed by the table that named it (a merged alias is
+        listed under its own key, so its size needs no build), or from its provider."""
+        size = self.store.size(key)
+        if size is not None:
+            return size
         provider, target, is_metadata = self._file_provider(key)
         try:
             return await provider.file_size(target)
