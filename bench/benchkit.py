@@ -78,24 +78,26 @@ def timed(function: Callable[[], object]) -> tuple[float, float]:
 
 
 def synthesis_vs_write_table(
-    records: bytes, partition: int, repeat: int = 3, compression: str = "zstd"
+    records: bytes, partition: int, repeat: int = 3, compression: str = "snappy"
 ) -> dict[str, float]:
-    """ISK's synthesis (:func:`synthesize_data_file`: Kafka record batches -> Arrow -> Parquet
-    with Iceberg stats) of one partition's ``records`` against a plain ``pq.write_table`` of the
-    same rows (already decoded), same compression, each the median of ``repeat`` runs.
+    """ISK's synthesis of a hotset data file as the gateway does it (Kafka record batches ->
+    Arrow -> Parquet: ``records_to_table`` then ``parquet_layout``) of one partition's
+    ``records`` against a plain ``pq.write_table`` of the same rows (already decoded), same
+    compression, each the median of ``repeat`` runs.
 
     MB count the record batch bytes given to synthesis; ``*_cpu_mb_s`` divide by the process's
     CPU seconds instead of wall seconds, so they are per core and less sensitive to other load.
     """
     import pyarrow.parquet as pq
 
-    from bergstream.plugins.isk_gateway.synthesis import records_to_table, synthesize_data_file
+    from bergstream.plugins.isk_gateway.synthesis import records_to_table
+    from bergstream.plugins.isk_gateway.tables.data_synthesizer import parquet_layout
 
     table = records_to_table(records, partition)
     megabytes = len(records) / 1e6
 
     def synthesis() -> None:
-        synthesize_data_file("s3://bench/data.parquet", records, partition, compression=compression)
+        parquet_layout(records_to_table(records, partition), compression)
 
     def write_table() -> None:
         pq.write_table(table, io.BytesIO(), compression=compression)

@@ -102,6 +102,7 @@ class Isk:
     workdir: Path
     kafka: str
     chunk_records: int
+    parquet_compression: str = "snappy"
     catalog_port: int = 0
     s3_port: int = 0
     metrics_port: int = 0
@@ -136,6 +137,7 @@ class Isk:
                       cluster: bench
                       kafka_bootstrap: "{self.kafka}"
                       chunk_records: {self.chunk_records}
+                      parquet_compression: {self.parquet_compression}
                       http:
                         catalog_host: 127.0.0.1
                         catalog_port: {self.catalog_port}
@@ -301,6 +303,20 @@ def spark_session(lake: Any, isk: Isk, driver_memory: str) -> Any:
     return spark
 
 
+def _py_spy(isk: Isk, directory: Path | None, name: str) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling the ISK process into ``directory/name.txt`` (collapsed stacks, all
+    threads), if a directory is given."""
+    if directory is None or isk.running is None:
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return subprocess.Popen(
+        [spy, "record", "--format", "raw", "--threads", "--nonblocking", "--rate", "200",
+         "-p", str(isk.running.process.pid), "-o", str(directory / f"{name}.txt")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 def isk_work(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """What ISK did between two :meth:`Isk.counters` snapshots: MB read from Kafka, MB of data
     files synthesized, LoadTable calls, CPU seconds of the ISK process."""
@@ -323,7 +339,11 @@ def isk_work(before: dict[str, float], after: dict[str, float]) -> dict[str, flo
 
 
 def measure(
-    engine: DuckDBEngine | SparkEngine, isk: Isk, runs: int, cold_runs: int
+    engine: DuckDBEngine | SparkEngine,
+    isk: Isk,
+    runs: int,
+    cold_runs: int,
+    profile_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Physical, ISK cold and ISK warm times of one engine, and the results of each."""
     engine.physical()  # untimed warm-up: JIT, extensions, the OS page cache of the warehouse
@@ -332,12 +352,17 @@ def measure(
     cold_times: list[float] = []
     colds: set[Result] = set()
     cold_work: dict[str, float] = {}
-    for _ in range(cold_runs):
+    for run in range(cold_runs):
         isk.start()  # an empty cache, the same index
+        started = isk.counters()  # the query's own work, not the process's start
+        profiler = _py_spy(isk, profile_dir, f"{engine.name}-cold") if run == 0 else None
         seconds, result = engine.isk()
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(60)
         cold_times.append(seconds)
         colds.add(result)
-        cold_work = isk_work({}, isk.counters())
+        cold_work = isk_work(started, isk.counters())
         print(f"{engine.name}: ISK cold {seconds:.2f} s {result} ISK: {cold_work}", flush=True)
     before = isk.counters()
     warm_s, warm = median_of(runs, engine.isk)
@@ -464,6 +489,16 @@ def main() -> None:
     parser.add_argument("--record-size", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--chunk-records", type=int, default=100_000, help="ISK chunk_records")
+    parser.add_argument(
+        "--profile-cold",
+        type=Path,
+        default=None,
+        help="write py-spy samples (collapsed stacks) of ISK during each engine's first cold "
+        "query into this directory",
+    )
+    parser.add_argument(
+        "--parquet-compression", default="snappy", help="ISK parquet_compression (its default)"
+    )
     parser.add_argument("--runs", type=int, default=3, help="median of this many (physical, warm)")
     parser.add_argument("--cold-runs", type=int, default=2, help="ISK restarts per engine")
     parser.add_argument("--engines", default="duckdb,spark", help="comma-separated")
@@ -486,6 +521,7 @@ def main() -> None:
         "record_bytes": args.record_size,
         "partitions": args.partitions,
         "chunk_records": args.chunk_records,
+        "parquet_compression": args.parquet_compression,
         "query": QUERY.format(table="T"),
     }
     try:
@@ -501,7 +537,7 @@ def main() -> None:
         metadata_location = load_catalog(lake).load_table(lake.table_identifier(TOPIC))
         metadata_location = metadata_location.metadata_location.removeprefix("file://")
 
-        isk = Isk(workdir, kafka, args.chunk_records)
+        isk = Isk(workdir, kafka, args.chunk_records, args.parquet_compression)
         isk.start()
         first, files = isk.load_table(TOPIC)
         first_work = isk_work({}, isk.counters())
@@ -517,7 +553,9 @@ def main() -> None:
         print(f"ISK first load: {first:.2f} s, second {second:.3f} s", flush=True)
 
         blob = fetch_chunk(kafka, 0, args.chunk_records)
-        summary["synthesis"] = synthesis_vs_write_table(blob, 0, repeat=args.runs)
+        summary["synthesis"] = synthesis_vs_write_table(
+            blob, 0, repeat=args.runs, compression=args.parquet_compression
+        )
         del blob
         print(f"synthesis: {summary['synthesis']}", flush=True)
 
@@ -531,7 +569,7 @@ def main() -> None:
                 engine = SparkEngine(spark, lake.spark_table_name(TOPIC))
             else:
                 raise SystemExit(f"unknown engine {name!r}: duckdb or spark")
-            results.append(measure(engine, isk, args.runs, args.cold_runs))
+            results.append(measure(engine, isk, args.runs, args.cold_runs, args.profile_cold))
         summary["engines"] = results
         answers = {tuple(row["result"]) for row in results}
         if len(answers) > 1:

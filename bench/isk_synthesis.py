@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--headers", type=int, default=2)
     parser.add_argument("--batch-records", type=int, default=500)
     parser.add_argument("--kafka-compression", type=int, default=0, help="0 none, 1 gzip, ...")
-    parser.add_argument("--parquet-compression", default="zstd")
+    parser.add_argument("--parquet-compression", default="snappy")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 

@@ -32,8 +32,10 @@ class CacheBackend(Protocol):
         """The bytes stored under ``key``, or None if absent, expired or failing verification."""
         ...
 
-    def put(self, key: str, data: bytes) -> None:
-        """Store ``data`` under ``key``; concurrent writers of the same key are harmless."""
+    def put(self, key: str, data: bytes | memoryview) -> None:
+        """Store ``data`` (any bytes-like object: ISK hands over synthesized files as views of
+        the buffer they were written into, to spare a copy; call ``bytes(data)`` if a store
+        needs ``bytes``) under ``key``; concurrent writers of the same key are harmless."""
         ...
 
     def delete(self, key: str) -> None:
@@ -107,6 +109,6 @@ class FileSynthesizer(Protocol):
         """Whether this synthesizer builds the file at ``path``."""
         ...
 
-    async def synthesize(self, path: str) -> bytes:
-        """The complete file at ``path``."""
+    async def synthesize(self, path: str) -> bytes | memoryview:
+        """The complete file at ``path`` (``bytes`` or any bytes-like view)."""
         ...

@@ -48,7 +48,7 @@ def check_key(key: str, max_length: int) -> str:
     return key
 
 
-def seal(data: bytes, now_ms: int | None = None) -> bytes:
+def seal(data: bytes | memoryview, now_ms: int | None = None) -> bytes:
     """``data`` with its header (stored now, or at ``now_ms``)."""
     stored = int(time.time() * 1000) if now_ms is None else now_ms
     signed = _SIGNED.pack(len(data), stored)

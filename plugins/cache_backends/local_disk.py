@@ -1,10 +1,12 @@
 """The ``local`` cache backend: immutable files by key under one directory, bounded in size.
 
 A key is a relative POSIX path (``hotset/orders/p0/00000-00100.parquet``); its entry is the file
-``<directory>/<key>.bsc``: a header (magic, SHA-256 of the data, length) then the data. ``get``
-verifies the header against the data; a corrupt entry is deleted and reported as a miss. ``put``
-writes a temporary file in the same directory and renames it over the entry, so readers see the
-old or the new entry, never a torn one, and concurrent writers of one key are harmless.
+``<directory>/<key>.bsc``: a header (magic ``BSC2``, CRC-32C of the data, length) then the data.
+``get`` verifies the header against the data; a corrupt entry is deleted and reported as a miss.
+CRC-32C (hardware, about 10 GB/s here) replaced SHA-256 (1.2 GB/s), which cost more CPU than
+writing a synthesized file; entries written with SHA-256 (magic ``BSC1``) are still verified.
+``put`` writes a temporary file in the same directory and renames it over the entry, so readers
+see the old or the new entry, never a torn one, and concurrent writers of one key are harmless.
 
 Least recently used entries are evicted when the total size passes ``max_bytes``: a hit touches
 the entry's mtime, so recency survives restarts and is shared by processes using the directory.
@@ -21,12 +23,16 @@ import threading
 import uuid
 from pathlib import Path, PurePosixPath
 
+from crc32c import crc32c
+
 __all__ = ["CacheKeyError", "LocalDiskCache"]
 
 log = logging.getLogger(__name__)
 
-_MAGIC = b"BSC1"
-_HEADER = struct.Struct(">4s32sQ")
+_MAGIC = b"BSC2"
+_HEADER = struct.Struct(">4sIQ")
+_SHA256_MAGIC = b"BSC1"
+_SHA256_HEADER = struct.Struct(">4s32sQ")
 _SUFFIX = ".bsc"
 _TMP = ".bsc-tmp-"
 _LOW_WATERMARK = 0.9
@@ -51,6 +57,19 @@ def _check_key(key: str) -> PurePosixPath:
         if _SUFFIX in part:
             raise CacheKeyError(f"cache key {key!r}: path segments may not contain {_SUFFIX!r}")
     return path
+
+
+def _verified(blob: bytes) -> bytes | None:
+    """The data of an entry if its header matches it (either format), else None."""
+    if blob[:4] == _MAGIC and len(blob) >= _HEADER.size:
+        _magic, checksum, length = _HEADER.unpack_from(blob)
+        data = blob[_HEADER.size :]
+        return data if length == len(data) and crc32c(data) == checksum else None
+    if blob[:4] == _SHA256_MAGIC and len(blob) >= _SHA256_HEADER.size:
+        _magic, digest, length = _SHA256_HEADER.unpack_from(blob)
+        data = blob[_SHA256_HEADER.size :]
+        return data if length == len(data) and hashlib.sha256(data).digest() == digest else None
+    return None
 
 
 class LocalDiskCache:
@@ -85,20 +104,18 @@ class LocalDiskCache:
                 blob = file.read()
         except (FileNotFoundError, NotADirectoryError):
             return None
-        if len(blob) >= _HEADER.size:
-            magic, digest, length = _HEADER.unpack_from(blob)
-            data = blob[_HEADER.size :]
-            if magic == _MAGIC and length == len(data) and hashlib.sha256(data).digest() == digest:
-                # Touch for LRU; if evicted meanwhile, the bytes read are still whole and verified.
-                with contextlib.suppress(FileNotFoundError):
-                    os.utime(path)
-                return data
+        data = _verified(blob)
+        if data is not None:
+            # Touch for LRU; if evicted meanwhile, the bytes read are still whole and verified.
+            with contextlib.suppress(FileNotFoundError):
+                os.utime(path)
+            return data
         self.corrupt_entries += 1
         log.warning("cache entry %s failed verification; deleted", path)
         path.unlink(missing_ok=True)
         return None
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | memoryview) -> None:
         """Store ``data`` under ``key`` atomically; an entry above ``max_bytes`` is not kept."""
         path = self._entry_path(key)
         size = _HEADER.size + len(data)
@@ -107,7 +124,7 @@ class LocalDiskCache:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name[: -len(_SUFFIX)]}{_TMP}{uuid.uuid4().hex}")
-        header = _HEADER.pack(_MAGIC, hashlib.sha256(data).digest(), len(data))
+        header = _HEADER.pack(_MAGIC, crc32c(data), len(data))
         try:
             with open(tmp, "wb") as file:
                 file.write(header)

@@ -87,7 +87,7 @@ class RedisCache:
             return None
         return entry.data
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | memoryview) -> None:
         """Store ``data`` under ``key`` (one ``SET``, with ``EX`` if a TTL is set); raise
         :class:`CacheEntryTooLargeError` if it is above ``max_entry_bytes``."""
         name = self._name(key)

@@ -128,7 +128,7 @@ class S3Cache:
             return None
         return entry.data
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | memoryview) -> None:
         """Store ``data`` under ``key`` in one PUT (atomic on the server)."""
         name = self._name(key)
         blob = seal(data)

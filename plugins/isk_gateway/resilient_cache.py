@@ -174,7 +174,7 @@ class ResilientCache:
             self._hits.inc()
         return data
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | memoryview) -> None:
         """Store ``data`` under ``key`` if the backend is up and accepts it; never raises."""
         self._call("put", key, lambda: self.backend.put(key, data))
 

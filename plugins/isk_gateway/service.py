@@ -20,9 +20,11 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from bergstream.core.backends import CacheBackend, FileSynthesizer, IndexBackend, ServiceContext
 from bergstream.core.lake import LakeConfigError, ResolvedLake, resolve_lake
 from bergstream.core.models import StrictModel
+from bergstream.plugins.isk_gateway.batch_decoder import warm_up
 from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpService
 from bergstream.plugins.isk_gateway.provider import TableProvider
 from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider
+from bergstream.plugins.isk_gateway.tables.data_synthesizer import layout_name
 from bergstream.plugins.isk_gateway.tables.files import FileStore
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider, IndexStep
 from bergstream.plugins.isk_gateway.tables.kafka_reader import KafkaReader
@@ -68,6 +70,11 @@ class IskServiceConfig(StrictModel):
         description="time unit of the hotset's partition spec (kafka_partition, "
         "day|hour(kafka_timestamp)); chunks never cross one",
     )
+    parquet_compression: Literal["snappy", "zstd", "lz4", "gzip", "none"] = Field(
+        "snappy",
+        description="codec of the hotset's Parquet files: snappy (default) is fast to write and "
+        "read; zstd makes files about 40% smaller at about twice the CPU of a cold query",
+    )
     index_interval_seconds: float = Field(
         30.0,
         ge=0,
@@ -91,6 +98,7 @@ def _built_in_synthesizer(config: IskServiceConfig) -> BackendChoice:
             "cluster": config.cluster,
             "kafka_bootstrap": config.kafka_bootstrap,
             "unit": config.partition_time,
+            "compression": config.parquet_compression,
         },
     )
 
@@ -158,6 +166,7 @@ class IskService:
             return
         c = self.config
         try:
+            await asyncio.to_thread(warm_up)
             self.reader = KafkaReader(c.kafka_bootstrap, client_id=f"bergstream-isk-{c.cluster}")
             await self.reader.start()
             self.index = await asyncio.to_thread(
@@ -175,7 +184,9 @@ class IskService:
                 registration.factory(settings, self.context)
                 for registration, settings in self._synthesizer_choices
             ]
-            store = FileStore(self.cache)
+            store = FileStore(
+                self.cache, cache_prefix=layout_name(c.partition_time, c.parquet_compression)
+            )
             self.hotset = HotsetProvider(
                 self.reader,
                 self.index,
@@ -186,6 +197,7 @@ class IskService:
                 store=store,
                 unit=c.partition_time,
                 synthesizers=self.synthesizers,
+                compression=c.parquet_compression,
             )
             providers: dict[str, TableProvider] = {HOTSET: self.hotset}
             if self.lake is not None:
@@ -275,6 +287,9 @@ class IskService:
         if http is not None:
             await http.stop()
         self.provider = None
+        if self.hotset is not None:  # files built for clients reach the cache before it closes
+            with contextlib.suppress(Exception):
+                await self.hotset.store.flush()
         self.hotset = None
         self.merged = None
         synthesizers, self.synthesizers = self.synthesizers, []

@@ -28,7 +28,7 @@ def test_importing_the_kit_imports_neither_pytest_nor_plugins() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-HEADER = struct.calcsize(">4s32sQ")  # the local cache's entry header: magic, SHA-256, length
+HEADER = struct.calcsize(">4sIQ")  # the local cache's entry header: magic, CRC-32C, length
 
 
 class ServesCorruptEntries(LocalDiskCache):

@@ -127,3 +127,21 @@ def test_the_plugin_registers_local_with_a_typed_config(tmp_path: Path) -> None:
         registration.config_model.model_validate({"max_byte": 5})
     with pytest.raises(ValidationError, match="max_bytes"):
         registration.config_model.model_validate({"max_bytes": 5})
+
+
+def test_an_entry_written_with_sha256_is_still_verified(tmp_path: Path) -> None:
+    """Entries of the earlier format (magic BSC1, SHA-256) are served, and a corrupt one is
+    refused like any other."""
+    import hashlib
+    import struct
+
+    cache = LocalDiskCache(tmp_path, 1 << 20)
+    data = b"parquet bytes"
+    entry = tmp_path / "old" / "file.parquet.bsc"
+    entry.parent.mkdir()
+    header = struct.pack(">4s32sQ", b"BSC1", hashlib.sha256(data).digest(), len(data))
+    entry.write_bytes(header + data)
+    assert cache.get("old/file.parquet") == data
+    entry.write_bytes(header + b"parquet bytez")
+    assert cache.get("old/file.parquet") is None
+    assert not entry.exists()

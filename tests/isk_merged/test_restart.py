@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
+from bergstream.plugins.isk_gateway.tables.data_synthesizer import layout_name
+from bergstream.plugins.isk_gateway.tables.paths import DAY
 from tests.isk_e2e.helpers import ACCESS_KEY, SECRET_KEY, Gateway, produce, start_gateway
 from tests.support import consume_rows, sort_rows
 
@@ -51,7 +53,7 @@ def test_background_indexing_without_any_query(
         try:
             deadline = time.monotonic() + 240
             while True:
-                chunks = [index.chunks(topic, p) for p in (0, 1)]
+                chunks = [index.chunks(f"{topic}#{layout_name(DAY, 'snappy')}", p) for p in (0, 1)]
                 ends = [max((c.end_offset for c in found), default=0) for found in chunks]
                 if ends == [2000, 2000]:  # 2,500 offsets per partition: 2 sealed chunks
                     break

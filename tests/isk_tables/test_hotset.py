@@ -14,6 +14,7 @@ from bergstream.core.row_contract import CREATE_TIME, record_to_row
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
 from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
 from bergstream.plugins.isk_gateway.provider import NoSuchFile, NoSuchNamespace, NoSuchTable
+from bergstream.plugins.isk_gateway.tables.data_synthesizer import layout_name
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from bergstream.plugins.isk_gateway.tables.paths import key_from_uri, parse_key
 from tests.isk_tables.fake_source import DAY_MS, FakeLog
@@ -99,9 +100,9 @@ async def test_table_reads_back_as_the_records(tmp_path: Path, log: FakeLog) -> 
     assert ranges == [(0, 0, 10), (0, 10, 13), (0, 13, 23), (0, 23, 25), (1, 0, 4)]
     days = {(parse_key(k).partition, parse_key(k).start): parse_key(k).bucket for k in keys}
     assert days[(0, 10)] + 1 == days[(0, 13)] == MIDNIGHT // DAY_MS
-    indexed = provider.index.chunks("orders", 0)
+    indexed = provider.index.chunks(f"orders#{provider.layout}", 0)
     assert [(c.start_offset, c.end_offset) for c in indexed] == [(0, 10), (10, 13), (13, 23)]
-    assert provider.index.chunks("orders", 1) == []  # the tail is not indexed
+    assert provider.index.chunks(f"orders#{provider.layout}", 1) == []  # the tail is not indexed
 
     # file sizes in the manifests equal the bytes served; stats prune by offset
     table_files = await scan_files(provider, loaded)
@@ -201,7 +202,8 @@ async def test_log_start_drops_chunks_kafka_no_longer_has(tmp_path: Path, log: F
     loaded = await provider.load_table("hotset", "orders")
     rows = await scan_rows(provider, loaded)
     assert [row["kafka_offset"] for row in rows] == list(range(15, 30))
-    assert [c.start_offset for c in provider.index.chunks("orders", 0)] == [0, 10, 20]
+    indexed = provider.index.chunks(f"orders#{provider.layout}", 0)
+    assert [c.start_offset for c in indexed] == [0, 10, 20]
 
 
 async def test_hour_unit_cuts_chunks_by_hour_and_partitions_by_hour(
@@ -222,8 +224,8 @@ async def test_hour_unit_cuts_chunks_by_hour_and_partitions_by_hour(
     assert parsed[1].bucket == parsed[0].bucket + 1 == top_of_hour // hour_ms
     assert "/hour=" in keys[0] and "/day=" not in keys[0]
     # the index keeps hour chunks apart from day chunks of the same topic
-    assert provider.index.chunks("orders", 0) == []
-    hour_chunks = provider.index.chunks("orders#hour", 0)
+    assert provider.index.chunks(f"orders#{layout_name('day', 'snappy')}", 0) == []
+    hour_chunks = provider.index.chunks(f"orders#{provider.layout}", 0)
     assert [(c.start_offset, c.end_offset) for c in hour_chunks] == [(0, 5)]  # then the tail
     # a file rebuilds from its hour key alone, byte for byte
     fresh = make_provider(tmp_path, log, name="b", unit="hour")
@@ -299,7 +301,7 @@ async def test_sequential_cold_reads_build_the_next_file_ahead(
     assert len(keys) == 6
     for key in keys:  # a fresh cache: nothing held
         fresh.store._memory.pop(key, None)
-        fresh.cache.delete(key)
+        fresh.cache.delete(fresh.store.cache_key(key))
 
     async def settle() -> None:
         for _ in range(50):
@@ -320,3 +322,33 @@ async def test_sequential_cold_reads_build_the_next_file_ahead(
     assert await fresh.read_file(keys[5]) == await built.read_file(keys[5])
     assert log.fetches == before
     assert not fresh.store.holds(keys[1]) and not fresh.store.holds(keys[2])
+
+
+async def test_gateways_of_other_codecs_share_a_cache_and_index_without_mixing(
+    tmp_path: Path, log: FakeLog
+) -> None:
+    """The same key is a file of another size under another codec: each layout keeps its own
+    index entries and cache entries, so neither ever serves the other's bytes or sizes."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    log.produce("orders", 0, 25, lambda i: T0 + i)
+    index, cache = SqliteIndex(tmp_path / "shared.db"), LocalDiskCache(tmp_path / "shared", 1 << 28)
+    sizes = {}
+    for compression in ("snappy", "zstd", "snappy"):
+        provider = HotsetProvider(
+            log, index, cache, bucket="gw", cluster="c1", chunk_records=10, compression=compression
+        )
+        loaded = await provider.load_table("hotset", "orders")
+        assert [r["kafka_offset"] for r in await scan_rows(provider, loaded)] == list(range(25))
+        listed = dict(await provider.list_keys("c1/hotset/orders/data/", 100))
+        for key, size in listed.items():
+            data = await provider.read_file(key)
+            assert len(data) == size
+            codec = pq.ParquetFile(io.BytesIO(data)).metadata.row_group(0).column(6).compression
+            assert codec.lower() == compression
+        sizes.setdefault(compression, listed)
+        assert sizes[compression] == listed  # the same layout again: the same files
+    assert sizes["snappy"].keys() == sizes["zstd"].keys()
+    assert sizes["snappy"] != sizes["zstd"]

@@ -58,7 +58,7 @@ class SqliteCache:
             return None
         return bytes(data)
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | memoryview) -> None:
         """Store ``data`` under ``key`` (replacing any older entry) in one transaction."""
         self._connection().execute(
             "INSERT OR REPLACE INTO entries VALUES (?, ?, ?)",

@@ -30,10 +30,12 @@ from bergstream.plugins.isk_gateway.tables.kafka_reader import (
 from bergstream.plugins.isk_gateway.tables.paths import DAY, UNIT_MICROS, DataKey, parse_key
 
 __all__ = [
+    "LAYOUT_VERSION",
     "HotsetDataSynthesizer",
     "HotsetDataSynthesizerConfig",
     "KafkaRanges",
     "create_hotset_data_synthesizer",
+    "layout_name",
     "parquet_layout",
     "time_buckets",
 ]
@@ -51,10 +53,22 @@ class KafkaRanges(Protocol):
         ...
 
 
-def parquet_layout(rows: pa.Table) -> bytes:
+#: Bumped whenever the bytes written for the same rows change (a layout change must never serve
+#: a file whose size differs from the one an index entry or a cached manifest states).
+LAYOUT_VERSION = 2
+
+
+def layout_name(unit: str, compression: str) -> str:
+    """The name of the files a gateway writes: time unit, codec and :data:`LAYOUT_VERSION`.
+    Index entries and cache entries are kept under it, so gateways (or restarts) with other
+    settings never read each other's sizes or bytes."""
+    return f"{unit}.{compression}.v{LAYOUT_VERSION}"
+
+
+def parquet_layout(rows: pa.Table, compression: str = "snappy") -> memoryview:
     """The Parquet bytes of ``rows``: one layout for the same rows however they were decoded or
     sliced, so a file rebuilt from its key has the size its manifest entry states."""
-    return parquet_bytes(rows.combine_chunks())
+    return parquet_bytes(rows.combine_chunks(), compression)
 
 
 def time_buckets(table: pa.Table, unit: str) -> pa.Array:
@@ -73,15 +87,21 @@ class HotsetDataSynthesizerConfig(StrictModel):
     cluster: str = Field(min_length=1, description="cluster name in the keys it builds")
     kafka_bootstrap: Bootstrap = Field(description="host:port list of the Kafka cluster")
     unit: Literal["day", "hour"] = Field(DAY, description="time unit the hotset is cut by")
+    compression: Literal["snappy", "zstd", "lz4", "gzip", "none"] = Field(
+        "snappy", description="Parquet codec of the files it writes"
+    )
 
 
 class HotsetDataSynthesizer:
     """Builds hotset data files of one cluster from their keys (a ``FileSynthesizer``)."""
 
-    def __init__(self, source: KafkaRanges, cluster: str, unit: str = DAY) -> None:
+    def __init__(
+        self, source: KafkaRanges, cluster: str, unit: str = DAY, compression: str = "snappy"
+    ) -> None:
         self.source = source
         self.cluster = cluster
         self.unit = unit
+        self.compression = compression
 
     def handles(self, path: str) -> bool:
         """Whether ``path`` is a hotset data key of this cluster cut by this unit."""
@@ -91,7 +111,7 @@ class HotsetDataSynthesizer:
             return False
         return isinstance(key, DataKey) and key.cluster == self.cluster and key.unit == self.unit
 
-    async def synthesize(self, path: str) -> bytes:
+    async def synthesize(self, path: str) -> bytes | memoryview:
         """The Parquet file at ``path``, from Kafka; :class:`NoSuchFile` if the key does not
         name a readable range whose rows all lie in its time bucket."""
         key = parse_key(path)
@@ -113,7 +133,7 @@ class HotsetDataSynthesizer:
         if isinstance(self.source, KafkaReader):
             await self.source.close()
 
-    def _build(self, key: DataKey, fetched: FetchedRange) -> bytes:
+    def _build(self, key: DataKey, fetched: FetchedRange) -> memoryview:
         try:
             table = records_to_table(
                 fetched.records, key.partition, key.start, key.end, fetched.aborted
@@ -124,7 +144,7 @@ class HotsetDataSynthesizer:
             raise NoSuchFile(f"no such key {key.key!r} (no rows in that range)")
         if pc.any(pc.not_equal(time_buckets(table, key.unit), key.bucket)).as_py():
             raise NoSuchFile(f"no such key {key.key!r} (rows of other {key.unit}s in it)")
-        return parquet_layout(table)
+        return parquet_layout(table, self.compression)
 
 
 def create_hotset_data_synthesizer(
@@ -133,4 +153,4 @@ def create_hotset_data_synthesizer(
     """The ``hotset-parquet`` factory: a synthesizer with its own Kafka connection (started on
     first use)."""
     reader = KafkaReader(config.kafka_bootstrap, client_id=f"bergstream-isk-{config.cluster}-files")
-    return HotsetDataSynthesizer(reader, config.cluster, config.unit)
+    return HotsetDataSynthesizer(reader, config.cluster, config.unit, config.compression)

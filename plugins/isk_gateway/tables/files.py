@@ -13,22 +13,36 @@ __all__ = ["FileStore"]
 
 #: Sizes of listed keys remembered for HEAD requests (about 100 bytes each).
 _KNOWN_SIZES = 1_000_000
+#: Bytes of write-behind puts waiting for the cache backend before ``keep`` waits for them.
+_PENDING_BYTES = 512 * 1024 * 1024
 
 
 class FileStore:
     """Built files by key: an in-memory LRU of at most ``memory_bytes`` in front of ``cache``
     (ranged GETs of a file then slice memory instead of reading and verifying the cache entry
-    again for each range)."""
+    again for each range). Cache entries are kept under ``cache_prefix`` (the gateway's layout
+    name), so gateways writing other layouts can share one cache backend."""
 
-    def __init__(self, cache: CacheBackend, memory_bytes: int = 1 << 30) -> None:
+    def __init__(
+        self, cache: CacheBackend, memory_bytes: int = 1 << 30, cache_prefix: str = ""
+    ) -> None:
         self.cache = cache
-        self._memory: OrderedDict[str, bytes] = OrderedDict()
+        self._cache_prefix = f"{cache_prefix}/" if cache_prefix else ""
+        self._memory: OrderedDict[str, bytes | memoryview] = OrderedDict()
         self._memory_bytes = memory_bytes
         self._held = 0
         self._listings: dict[tuple[str, str], dict[str, int]] = {}
         self._sizes: OrderedDict[str, int] = OrderedDict()
+        # Write-behind puts, in order, until the cache backend has them.
+        self._pending: OrderedDict[str, bytes | memoryview] = OrderedDict()
+        self._pending_bytes = 0
+        self._writer: asyncio.Task[None] | None = None
 
-    def remember(self, key: str, data: bytes) -> None:
+    def cache_key(self, key: str) -> str:
+        """The key ``key``'s bytes are kept under in the cache backend."""
+        return self._cache_prefix + key
+
+    def remember(self, key: str, data: bytes | memoryview) -> None:
         """Keep ``data`` in memory (not in the cache backend); a file over a quarter of the
         bound is not kept."""
         old = self._memory.pop(key, None)
@@ -46,18 +60,48 @@ class FileStore:
         """Whether ``key`` is in memory now."""
         return key in self._memory
 
-    async def keep(self, key: str, data: bytes) -> None:
-        """Keep ``data`` in memory and in the cache backend."""
+    async def keep(self, key: str, data: bytes | memoryview, write_behind: bool = False) -> None:
+        """Keep ``data`` in memory and in the cache backend. With ``write_behind`` the cache
+        backend gets it after this returns (in order, one put at a time), so a client waiting
+        for a file it asked for does not also wait for the disk; past ``_PENDING_BYTES`` of
+        such puts, this waits as without it."""
         self.remember(key, data)
-        await asyncio.to_thread(self.cache.put, key, data)
+        if not write_behind or self._pending_bytes + len(data) > _PENDING_BYTES:
+            await asyncio.to_thread(self.cache.put, self.cache_key(key), data)
+            return
+        old = self._pending.pop(key, None)
+        self._pending_bytes += len(data) - (len(old) if old is not None else 0)
+        self._pending[key] = data
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_pending())
 
-    async def get(self, key: str) -> bytes | None:
+    async def _write_pending(self) -> None:
+        while self._pending:
+            key, data = next(iter(self._pending.items()))
+            try:
+                await asyncio.to_thread(self.cache.put, self.cache_key(key), data)
+            except Exception:  # the backend's own wrapper logs failures; a put is best-effort
+                pass
+            finally:
+                if self._pending.get(key) is data:
+                    del self._pending[key]
+                    self._pending_bytes -= len(data)
+
+    async def flush(self) -> None:
+        """Wait until every write-behind put reached the cache backend."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    async def get(self, key: str) -> bytes | memoryview | None:
         """The bytes of ``key`` from memory or the cache backend; None if neither has them."""
         data = self._memory.get(key)
         if data is not None:
             self._memory.move_to_end(key)
             return data
-        data = await asyncio.to_thread(self.cache.get, key)
+        data = self._pending.get(key)
+        if data is not None:
+            return data
+        data = await asyncio.to_thread(self.cache.get, self.cache_key(key))
         if data is not None:
             self.remember(key, data)
         return data

@@ -44,6 +44,7 @@ from bergstream.plugins.isk_gateway.synthesis import (
 )
 from bergstream.plugins.isk_gateway.tables.data_synthesizer import (
     HotsetDataSynthesizer,
+    layout_name,
     parquet_layout,
     time_buckets,
 )
@@ -126,6 +127,7 @@ class HotsetProvider:
         unit: str = DAY,
         parallel_partitions: int = 2,
         synthesizers: Sequence[FileSynthesizer] | None = None,
+        compression: str = "snappy",
     ) -> None:
         if chunk_records <= 0:
             raise ValueError(f"chunk_records must be > 0, got {chunk_records}")
@@ -138,6 +140,8 @@ class HotsetProvider:
         if unit not in UNIT_MICROS:
             raise ValueError(f"unit must be {DAY} or {HOUR}, got {unit!r}")
         self.unit = unit
+        self.compression = compression
+        self.layout = layout_name(unit, compression)
         self._parallel = asyncio.Semaphore(max(parallel_partitions, 1))
         self._building: dict[str, asyncio.Future[bytes]] = {}
         # Read-ahead of sequential cold scans: the next data file of a partition, per topic.
@@ -148,9 +152,9 @@ class HotsetProvider:
         self._read_ahead_slots = asyncio.Semaphore(1)
         #: Who builds a missing file, first match wins (default: ``hotset-parquet`` on source).
         self.synthesizers: list[FileSynthesizer] = list(
-            synthesizers or [HotsetDataSynthesizer(source, cluster, unit)]
+            synthesizers or [HotsetDataSynthesizer(source, cluster, unit, compression)]
         )
-        self.store = store if store is not None else FileStore(cache)
+        self.store = store if store is not None else FileStore(cache, cache_prefix=self.layout)
         self._memory_files = memory_files
         self._locks: dict[str, asyncio.Lock] = {}
         self._recent_chunks: OrderedDict[tuple[str, int, int, int], ChunkEntry] = OrderedDict()
@@ -274,17 +278,16 @@ class HotsetProvider:
         )
 
     def _index_topic(self, topic: str) -> str:
-        """The name a topic's chunks are indexed under: chunks cut by hours are other chunks
-        than those cut by days ('#' is not allowed in Kafka topic names, so none collides)."""
-        return topic if self.unit == DAY else f"{topic}#{self.unit}"
+        """The name a topic's chunks are indexed under, with the layout: chunks cut by hours
+        are other chunks than those cut by days, and a file's size depends on its codec ('#' is
+        not allowed in Kafka topic names, so none collides)."""
+        return f"{topic}#{self.layout}"
 
     async def _indexed(self, topic: str, partition: int, start: int) -> list[ChunkEntry]:
         """Indexed chunks of a partition overlapping ``[start, ...)``, in offset order."""
         found = await asyncio.to_thread(
             self.index.chunks, self._index_topic(topic), partition, start
         )
-        if self.unit == DAY:
-            return found
         return [dataclasses.replace(chunk, topic=topic) for chunk in found]
 
     async def _refresh(
@@ -392,7 +395,7 @@ class HotsetProvider:
             cut = pc.index(other, True).as_py()
             chunk_end = table.column("kafka_offset")[cut].as_py()
             rows = table.slice(0, cut)  # rows are in offset order
-        parquet = parquet_layout(rows)
+        parquet = parquet_layout(rows, self.compression)
         low_ts, high_ts = pc.min_max(rows.column("kafka_timestamp").cast(pa.int64())).values()
         offsets = rows.column("kafka_offset")
         entry = ChunkEntry(
@@ -446,7 +449,7 @@ class HotsetProvider:
         try:
             data = await self._synthesize(key)
             ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
-            await self.store.keep(key, data)
+            await self.store.keep(key, data, write_behind=True)
             future.set_result(data)
             return data
         except asyncio.CancelledError:

@@ -1,9 +1,10 @@
 """Raw reads from Kafka for the hotset: record-batch bytes of an offset range, and end offsets.
 
-Uses aiokafka's low-level client (metadata, leader routing, version negotiation) with plain
-Fetch and ListOffsets requests, ``read_committed``: the bytes returned are what a Fetch response's
-``records`` field holds (batches as stored, aborted ones included) together with the aborted
-transactions the broker listed, exactly the input :mod:`..synthesis` expects.
+Uses aiokafka's low-level client for metadata, leader routing and ListOffsets, and Fetch
+connections of its own (:mod:`.raw_fetch`, one receive per response) for the bulk reads,
+``read_committed``: the bytes returned are what a Fetch response's ``records`` field holds
+(batches as stored, aborted ones included) together with the aborted transactions the broker
+listed, exactly the input :mod:`..synthesis` expects.
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError, for_code
-from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
-from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import TopicPartition
 
-from bergstream.core.records import split_batches
+from bergstream.plugins.isk_gateway.batch_decoder import batch_bounds, pooled_array
 from bergstream.plugins.isk_gateway.provider import NoSuchTable, ProviderUnavailable
+from bergstream.plugins.isk_gateway.tables.raw_fetch import FetchConnections, FetchError
 
 __all__ = ["FetchedRange", "KafkaReader", "PartitionOffsets"]
 
@@ -47,8 +48,15 @@ class FetchedRange:
     """Record batches covering ``[start, end)`` (possibly more on both sides) and the aborted
     transactions ``(producer_id, first_offset)`` listed with them."""
 
-    records: bytes
+    records: bytes | memoryview
     aborted: tuple[tuple[int, int], ...]
+
+
+def _grown(buffer: np.ndarray, filled: int, size: int) -> np.ndarray:
+    """A buffer of ``size`` bytes starting with ``buffer[:filled]``."""
+    grown = pooled_array(size)
+    grown[:filled] = buffer[:filled]
+    return grown
 
 
 class KafkaReader:
@@ -58,7 +66,7 @@ class KafkaReader:
         self,
         bootstrap: str,
         client_id: str = "bergstream-isk",
-        max_fetch_bytes: int = 16 * 1024 * 1024,
+        max_fetch_bytes: int = 64 * 1024 * 1024,
         request_timeout_ms: int = 30_000,
     ) -> None:
         self._client = AIOKafkaClient(
@@ -68,6 +76,7 @@ class KafkaReader:
         )
         self._max_bytes = max_fetch_bytes
         self._bytes_per_offset: dict[tuple[str, int], float] = {}
+        self._fetches = FetchConnections(client_id, request_timeout_ms / 1000)
         self._started = False
 
     async def start(self) -> None:
@@ -82,6 +91,7 @@ class KafkaReader:
     async def close(self) -> None:
         """Close every connection."""
         await self._client.close()
+        self._fetches.close()
         self._started = False
 
     async def __aenter__(self) -> KafkaReader:
@@ -159,10 +169,14 @@ class KafkaReader:
         """Fetch size for ``offsets`` more offsets: what they took so far (bytes per offset
         learnt from earlier fetches of the partition) plus a margin, within bounds; a fetch
         sized for the whole log would read far past a small chunk."""
+        return min(self._max_bytes, self._expected_bytes(topic, partition, offsets))
+
+    def _expected_bytes(self, topic: str, partition: int, offsets: int) -> int:
+        """What ``offsets`` more offsets take, with a margin (the fetch size, uncapped)."""
         ratio = self._bytes_per_offset.get((topic, partition))
         if ratio is None:
             return self._max_bytes
-        return int(min(self._max_bytes, max(_MIN_FETCH_BYTES, ratio * offsets * 1.25 + 4096)))
+        return int(max(_MIN_FETCH_BYTES, ratio * offsets * 1.25 + 4096))
 
     def _learn(self, topic: str, partition: int, size: int, offsets: int) -> None:
         if offsets <= 0:
@@ -178,44 +192,49 @@ class KafkaReader:
         offset), read_committed, fetching again from the next offset until ``end`` is reached
         (a fetch may return a single batch). Stops early only if the log has nothing more."""
         await self.start()
-        blob = bytearray()
+        # Responses are received straight into one buffer, one after the other; it grows
+        # (one copy) only when a response would not fit.
+        # Pages of the buffer that are never filled cost nothing.
+        buffer = pooled_array(self._expected_bytes(topic, partition, end - start))
+        filled = 0
         aborted: set[tuple[int, int]] = set()
         offset = start
         while offset < end:
             leader = await self._leader(topic, partition)
+            broker = self._client.cluster.broker_metadata(leader)
+            if broker is None:
+                await self._client.force_metadata_update()
+                raise ProviderUnavailable(f"no address for broker {leader}")
             wanted = self._wanted_bytes(topic, partition, end - offset)
-            request = FetchRequest(
-                0,
-                1,
-                wanted,
-                READ_COMMITTED,
-                [(topic, [(partition, offset, wanted)])],
-            )
+            if buffer.size - filled < wanted:
+                buffer = _grown(buffer, filled, filled + wanted)
             try:
-                response = await self._client.send(leader, request)
-            except KafkaError as error:
+                response = await self._fetches.fetch(
+                    (broker.host, broker.port), topic, partition, offset, wanted, buffer[filled:]
+                )
+            except FetchError as error:
                 raise ProviderUnavailable(f"Fetch {topic}/{partition}: {error}") from error
-            ((_topic, parts),) = response.topics
-            ((_partition, error_code, _high, *data),) = parts
-            if error_code != _NO_ERROR:
+            if response.error_code != _NO_ERROR:
                 await self._client.force_metadata_update()
                 raise ProviderUnavailable(
-                    f"Fetch {topic}/{partition}@{offset}: {for_code(error_code).__name__}"
+                    f"Fetch {topic}/{partition}@{offset}: {for_code(response.error_code).__name__}"
                 )
-            listed = data[2] if response.API_VERSION >= 11 else data[-2]
-            aborted.update((producer, first) for producer, first in listed or ())
-            records = data[-1] or b""
-            batches = list(split_batches(records))
-            if not batches:
+            aborted.update(response.aborted)
+            records = response.records
+            base_offsets, next_offsets, ends = batch_bounds(records)
+            if not base_offsets.size:
                 break
             # Batches starting at or past ``end`` are not part of the range: leave them out.
-            kept = [b for b in batches if int.from_bytes(b[:8], "big") < end]
-            kept = kept or batches[:1]
-            size = sum(len(batch) for batch in kept)
-            blob += records[:size]
-            next_offset = DefaultRecordBatch(bytes(kept[-1])).next_offset
+            kept = max(int(np.searchsorted(base_offsets, end)), 1)
+            size = int(ends[kept - 1])
+            if buffer.size - filled < len(records):  # did not fit: received elsewhere
+                buffer = _grown(buffer, filled, filled + size)
+                buffer[filled : filled + size] = np.frombuffer(records[:size], dtype=np.uint8)
+            filled += size
+            next_offset = int(next_offsets[kept - 1])
             if next_offset <= offset:
                 break
             self._learn(topic, partition, size, next_offset - offset)
             offset = next_offset
-        return FetchedRange(bytes(blob), tuple(sorted(aborted)))
+        records = memoryview(buffer[:filled]).cast("B")
+        return FetchedRange(records, tuple(sorted(aborted)))
