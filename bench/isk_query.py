@@ -19,8 +19,14 @@ then runs ``bergstream run`` with an ``isk`` service over the same Kafka and:
   query once, untimed, on the physical table first (JIT, extensions). Results must be equal
   across tables and engines, or the run fails.
 
+DuckDB also reads the physical table's files copied to the stack's S3 server (SeaweedFS) with
+``iceberg_scan(..., allow_moved_paths)``: ISK is an S3 endpoint, and DuckDB reads any S3 server
+about ten times slower than local files, so this second baseline shows what is ISK's own cost.
+
 Goals (issue 5): ISK warm within 1.2x of the physical table, cold within 3x; synthesis at least
-200 MB/s per core. The machine is shared: compare ratios, not absolute times.
+200 MB/s per core. The machine is shared: compare ratios, not absolute times. ``--parquet-
+compression`` sets ISK's codec; ``--profile-cold DIR`` samples ISK with py-spy during the first
+cold query of each engine.
 
     .venv/bin/python bench/isk_query.py [--records 1000000] [--quick]
 """
@@ -235,17 +241,21 @@ class DuckDBEngine:
 
     name = "duckdb"
 
-    def __init__(self, catalog_url: str, metadata_location: str) -> None:
+    def __init__(
+        self, catalog_url: str, metadata_location: str, s3_copy: S3Copy | None = None
+    ) -> None:
         self.catalog_url = catalog_url
         self.metadata_location = metadata_location
+        self.s3_copy = s3_copy
         self.extensions = duckdb_extension_paths()  # fails now if DuckDB is incomplete
 
-    def _run(self, table: str, attach: bool) -> tuple[float, Result]:
-
+    def _run(self, table: str, attach: bool, setup: str = "") -> tuple[float, Result]:
         connection = offline_duckdb(self.extensions)
         try:
             connection.execute("SET enable_external_file_cache = false")
             began = time.perf_counter()
+            if setup:
+                connection.execute(setup)
             if attach:
                 connection.execute(SqlSession.attach_sql(self.catalog_url))
             row = connection.execute(QUERY.format(table=table)).fetchone()
@@ -262,6 +272,17 @@ class DuckDBEngine:
     def isk(self) -> tuple[float, Result]:
         """The query on ``hotset.<topic>`` through ISK (ATTACH included in the time)."""
         return self._run(f'isk.hotset."{TOPIC}"', attach=True)
+
+    def physical_s3(self) -> tuple[float, Result]:
+        """The query on the physical table's copy on the stack's S3 server (SeaweedFS): the
+        same files, read over S3 as ISK's are (CREATE SECRET included in the time)."""
+        assert self.s3_copy is not None
+        copy = self.s3_copy
+        scan = (
+            f"iceberg_scan('{copy.table_uri}', allow_moved_paths = true, "
+            f"version = '{copy.version}', version_name_format = '%s%s.metadata.json')"
+        )
+        return self._run(scan, attach=False, setup=copy.secret_sql)
 
 
 class SparkEngine:
@@ -317,6 +338,39 @@ def _py_spy(isk: Isk, directory: Path | None, name: str) -> subprocess.Popen[byt
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class S3Copy:
+    """The physical table's files copied to an S3 server, and how DuckDB reaches them."""
+
+    table_uri: str
+    version: str
+    secret_sql: str
+
+
+def copy_table_to_s3(env: dict[str, str], table_dir: Path, metadata_file: Path) -> S3Copy:
+    """Upload the physical table's directory to bucket ``lake-copy`` of the stack's S3 server
+    (its metadata still names the local paths: DuckDB's ``allow_moved_paths`` resolves them)."""
+    from minio import Minio
+
+    endpoint = env["BERGSTREAM_S3_ENDPOINT"].split("//", 1)[1]
+    access, secret = env["BERGSTREAM_S3_ACCESS_KEY"], env["BERGSTREAM_S3_SECRET_KEY"]
+    region = env.get("BERGSTREAM_S3_REGION", "us-east-1")
+    client = Minio(endpoint, access, secret, secure=False, region=region)
+    if not client.bucket_exists("lake-copy"):
+        client.make_bucket("lake-copy")
+    for path in table_dir.rglob("*"):
+        if path.is_file():
+            client.fput_object("lake-copy", f"{TOPIC}/{path.relative_to(table_dir)}", str(path))
+    return S3Copy(
+        table_uri=f"s3://lake-copy/{TOPIC}",
+        version=metadata_file.name.removesuffix(".metadata.json"),
+        secret_sql=(
+            f"CREATE SECRET (TYPE s3, KEY_ID '{access}', SECRET '{secret}', ENDPOINT "
+            f"'{endpoint}', URL_STYLE 'path', USE_SSL false, REGION '{region}')"
+        ),
+    )
+
+
 def isk_work(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """What ISK did between two :meth:`Isk.counters` snapshots: MB read from Kafka, MB of data
     files synthesized, LoadTable calls, CPU seconds of the ISK process."""
@@ -349,6 +403,13 @@ def measure(
     engine.physical()  # untimed warm-up: JIT, extensions, the OS page cache of the warehouse
     physical_s, physical = median_of(runs, engine.physical)
     print(f"{engine.name}: physical {physical_s:.2f} s {physical}", flush=True)
+    physical_s3_s: float | None = None
+    if isinstance(engine, DuckDBEngine) and engine.s3_copy is not None:
+        engine.physical_s3()
+        physical_s3_s, on_s3 = median_of(runs, engine.physical_s3)
+        print(f"{engine.name}: physical on S3 {physical_s3_s:.2f} s {on_s3}", flush=True)
+        if on_s3 != physical:
+            raise RuntimeError(f"the S3 copy answers {on_s3}, the table {physical}")
     cold_times: list[float] = []
     colds: set[Result] = set()
     cold_work: dict[str, float] = {}
@@ -389,6 +450,9 @@ def measure(
         "warm_ratio": round(warm_s / physical_s, 3),
         "cold_goal": cold_s / physical_s <= COLD_GOAL,
         "warm_goal": warm_s / physical_s <= WARM_GOAL,
+        "physical_s3_s": None if physical_s3_s is None else round(physical_s3_s, 3),
+        "cold_ratio_s3": None if physical_s3_s is None else round(cold_s / physical_s3_s, 3),
+        "warm_ratio_s3": None if physical_s3_s is None else round(warm_s / physical_s3_s, 3),
     }
 
 
@@ -479,6 +543,13 @@ def print_report(summary: dict[str, Any]) -> None:
             f"{row['isk_warm_s']:>10.2f} {row['cold_ratio']:>10.2f} {row['warm_ratio']:>10.2f}"
             f"  cold {cold}, warm {warm}"
         )
+    for row in summary["engines"]:
+        if row.get("physical_s3_s") is not None:
+            print(
+                f"{row['engine']}: the same physical table read from the stack's S3 server "
+                f"(SeaweedFS) takes {row['physical_s3_s']:.2f} s: ISK cold "
+                f"{row['cold_ratio_s3']:.2f}x, warm {row['warm_ratio_s3']:.2f}x of that"
+            )
     print(json.dumps(summary))
 
 
@@ -525,7 +596,8 @@ def main() -> None:
         "query": QUERY.format(table="T"),
     }
     try:
-        kafka = stack_up(home=home, components={"kafka"}).as_dict()["BERGSTREAM_KAFKA_BOOTSTRAP"]
+        env = stack_up(home=home, components={"kafka", "s3"}).as_dict()
+        kafka = env["BERGSTREAM_KAFKA_BOOTSTRAP"]
         create_topic(kafka, TOPIC, args.partitions)
         began = time.monotonic()
         perf_produce(kafka, TOPIC, args.records, args.record_size)
@@ -534,8 +606,11 @@ def main() -> None:
         began = time.monotonic()
         lake = fill_lake(workdir, kafka, args.driver_memory)
         print(f"pipeline --once: {time.monotonic() - began:.1f} s", flush=True)
-        metadata_location = load_catalog(lake).load_table(lake.table_identifier(TOPIC))
-        metadata_location = metadata_location.metadata_location.removeprefix("file://")
+        physical_table = load_catalog(lake).load_table(lake.table_identifier(TOPIC))
+        metadata_location = physical_table.metadata_location.removeprefix("file://")
+        s3_copy = copy_table_to_s3(
+            env, Path(physical_table.location().removeprefix("file://")), Path(metadata_location)
+        )
 
         isk = Isk(workdir, kafka, args.chunk_records, args.parquet_compression)
         isk.start()
@@ -563,7 +638,7 @@ def main() -> None:
         for name in engines:
             engine: DuckDBEngine | SparkEngine
             if name == "duckdb":
-                engine = DuckDBEngine(isk.catalog_url, metadata_location)
+                engine = DuckDBEngine(isk.catalog_url, metadata_location, s3_copy)
             elif name == "spark":
                 spark = spark_session(lake, isk, args.driver_memory)
                 engine = SparkEngine(spark, lake.spark_table_name(TOPIC))

@@ -62,3 +62,15 @@ async def test_a_failing_put_is_dropped_not_raised(tmp_path: Path) -> None:
     await store.keep("a", b"data", write_behind=True)
     await asyncio.wait_for(store.flush(), 5)
     assert await store.get("a") is None  # gone from pending; never cached
+
+
+async def test_write_behind_waits_for_a_pause_in_builds(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(files, "_QUIET_SECONDS", 0.5)
+    cache = LocalDiskCache(tmp_path, 1 << 20)
+    store = FileStore(cache)
+    for i in range(4):  # a burst: one file every 0.1 s
+        await store.keep(f"f{i}", b"data", write_behind=True)
+        await asyncio.sleep(0.1)
+    assert cache.get("f0") is None  # nothing written while files keep coming
+    await asyncio.sleep(1.0)
+    assert all(cache.get(f"f{i}") == b"data" for i in range(4))  # written after the pause

@@ -4,6 +4,7 @@ backend, and per table the keys and sizes of its current snapshot (for HEAD and 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 
@@ -14,7 +15,9 @@ __all__ = ["FileStore"]
 #: Sizes of listed keys remembered for HEAD requests (about 100 bytes each).
 _KNOWN_SIZES = 1_000_000
 #: Bytes of write-behind puts waiting for the cache backend before ``keep`` waits for them.
-_PENDING_BYTES = 512 * 1024 * 1024
+_PENDING_BYTES = 1 << 30
+#: Write-behind puts wait until no file was kept for this long (a burst of builds is over).
+_QUIET_SECONDS = 0.3
 
 
 class FileStore:
@@ -37,6 +40,8 @@ class FileStore:
         self._pending: OrderedDict[str, bytes | memoryview] = OrderedDict()
         self._pending_bytes = 0
         self._writer: asyncio.Task[None] | None = None
+        self._last_keep = 0.0
+        self._flushing = False
 
     def cache_key(self, key: str) -> str:
         """The key ``key``'s bytes are kept under in the cache backend."""
@@ -62,10 +67,12 @@ class FileStore:
 
     async def keep(self, key: str, data: bytes | memoryview, write_behind: bool = False) -> None:
         """Keep ``data`` in memory and in the cache backend. With ``write_behind`` the cache
-        backend gets it after this returns (in order, one put at a time), so a client waiting
-        for a file it asked for does not also wait for the disk; past ``_PENDING_BYTES`` of
-        such puts, this waits as without it."""
+        backend gets it after this returns, in order, one put at a time, once no file was kept
+        for ``_QUIET_SECONDS``: a scan's files are built first and cached after, so the disk
+        does not compete with the builds a client waits for. Past ``_PENDING_BYTES`` of such
+        puts, this waits as without it."""
         self.remember(key, data)
+        self._last_keep = time.monotonic()
         if not write_behind or self._pending_bytes + len(data) > _PENDING_BYTES:
             await asyncio.to_thread(self.cache.put, self.cache_key(key), data)
             return
@@ -77,6 +84,10 @@ class FileStore:
 
     async def _write_pending(self) -> None:
         while self._pending:
+            quiet = time.monotonic() - self._last_keep
+            if quiet < _QUIET_SECONDS and not self._flushing:
+                await asyncio.sleep(_QUIET_SECONDS - quiet)
+                continue
             key, data = next(iter(self._pending.items()))
             try:
                 await asyncio.to_thread(self.cache.put, self.cache_key(key), data)
@@ -88,9 +99,14 @@ class FileStore:
                     self._pending_bytes -= len(data)
 
     async def flush(self) -> None:
-        """Wait until every write-behind put reached the cache backend."""
-        while self._writer is not None and not self._writer.done():
-            await asyncio.shield(self._writer)
+        """Wait until every write-behind put reached the cache backend (now, not after a
+        quiet moment)."""
+        self._flushing = True
+        try:
+            while self._writer is not None and not self._writer.done():
+                await asyncio.shield(self._writer)
+        finally:
+            self._flushing = False
 
     async def get(self, key: str) -> bytes | memoryview | None:
         """The bytes of ``key`` from memory or the cache backend; None if neither has them."""
