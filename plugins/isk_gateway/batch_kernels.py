@@ -135,6 +135,18 @@ def _varint(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
     return ((raw >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(raw & 1), pos
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _field(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, int]:
+    """A length-prefixed field at ``pos``: its length (-1: null), where its bytes start, and the
+    position after it; that position is -1 or -3 (:data:`ERRORS`) if the field is malformed."""
+    length, pos = _varint(buf, pos, end)
+    if pos < 0:
+        return 0, 0, -1
+    if length > end - pos:
+        return 0, 0, -3
+    return length, pos, pos + max(length, 0)
+
+
 @numba.njit(cache=True, nogil=True)
 def decode_records(
     plain: np.ndarray,
@@ -205,45 +217,26 @@ def decode_records(
                 return -1
             offset = base_offset + offset_delta
             keep = start_offset <= offset < end_offset
-            key_length, pos = _varint(buf, pos, record_end)
+            key_length, key_start, pos = _field(buf, pos, record_end)
             if pos < 0:
-                return -1
-            key_start = pos
-            if key_length > record_end - pos:
-                return -3
-            if key_length > 0:
-                pos += key_length
-            value_length, pos = _varint(buf, pos, record_end)
+                return pos
+            value_length, value_start, pos = _field(buf, pos, record_end)
             if pos < 0:
-                return -1
-            value_start = pos
-            if value_length > record_end - pos:
-                return -3
-            if value_length > 0:
-                pos += value_length
+                return pos
             header_count, pos = _varint(buf, pos, record_end)
             if pos < 0:
                 return -1
             if header_count < 0:
                 return -5
             for _h in range(header_count):
-                header_key_length, pos = _varint(buf, pos, record_end)
+                header_key_length, header_key_start, pos = _field(buf, pos, record_end)
                 if pos < 0:
-                    return -1
+                    return pos
                 if header_key_length < 0:
                     return -7
-                if header_key_length > record_end - pos:
-                    return -3
-                header_key_start = pos
-                pos += header_key_length
-                header_value_length, pos = _varint(buf, pos, record_end)
+                header_value_length, header_value_start, pos = _field(buf, pos, record_end)
                 if pos < 0:
-                    return -1
-                header_value_start = pos
-                if header_value_length > record_end - pos:
-                    return -3
-                if header_value_length > 0:
-                    pos += header_value_length
+                    return pos
                 if keep:
                     if fill:
                         header_key_data[header_key_bytes : header_key_bytes + header_key_length] = (

@@ -10,7 +10,7 @@ Records are kept as a ``read_committed`` Java consumer keeps them (:mod:`.batch_
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -52,16 +52,9 @@ class SynthesizedFile:
     data_file: DataFile
 
 
-def records_to_table(
-    records: bytes | bytearray | memoryview,
-    partition: int,
-    start_offset: int = 0,
-    end_offset: int | None = None,
-    aborted_transactions: Iterable[AbortedTransaction] | None = None,
-) -> pa.Table:
-    """Decode a partition's record batches into an Arrow table in ``ROW_ARROW_SCHEMA``
-    (:func:`.batch_decoder.decode_batches`, whose docstring gives the rules)."""
-    return decode_batches(records, partition, start_offset, end_offset, aborted_transactions)
+#: Decode a partition's record batches into an Arrow table in ``ROW_ARROW_SCHEMA`` (the rules are
+#: :func:`.batch_decoder.decode_batches`'s).
+records_to_table = decode_batches
 
 
 #: Codecs a synthesized Parquet file may be written with (``isk.parquet_compression``).
