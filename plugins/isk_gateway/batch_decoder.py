@@ -237,7 +237,7 @@ def _decode(
     status = decode_records(
         plain, decompressed, segments, start_offset, end_offset, False, totals,
         empty64, empty64, empty32, empty64, empty8, empty8, empty64, empty8, empty8,
-        empty64, empty64, empty8, empty64, empty8, empty8,
+        empty64, empty64, empty8, empty8, empty64, empty8, empty8,
     )  # fmt: skip
     if status < 0:
         raise SynthesisError(f"malformed record batch: {ERRORS[status]}")
@@ -252,17 +252,17 @@ def _decode(
     header_key_offsets = pooled_array(headers + 1, np.int64)
     header_value_offsets = pooled_array(headers + 1, np.int64)
     header_key_data = pooled_array(header_key_bytes, np.uint8)
+    header_key_valid = pooled_array(headers, np.uint8)
     header_value_data = pooled_array(header_value_bytes, np.uint8)
     header_value_valid = pooled_array(headers, np.uint8)
     decode_records(
         plain, decompressed, segments, start_offset, end_offset, True, totals,
         offsets, timestamps, timestamp_types, key_offsets, key_data, key_valid,
         value_offsets, value_data, value_valid, header_list_offsets, header_key_offsets,
-        header_key_data, header_value_offsets, header_value_data, header_value_valid,
+        header_key_data, header_key_valid, header_value_offsets, header_value_data,
+        header_value_valid,
     )  # fmt: skip
-    header_keys = _binary(
-        pa.large_string(), header_key_offsets, header_key_data, np.ones(headers, np.uint8)
-    )
+    header_keys = _binary(pa.large_string(), header_key_offsets, header_key_data, header_key_valid)
     if headers:
         try:
             header_keys.validate(full=True)

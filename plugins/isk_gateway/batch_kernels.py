@@ -147,6 +147,30 @@ def _field(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, int]:
     return length, pos, pos + max(length, 0)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _append(
+    buf: np.ndarray,
+    start: int,
+    length: int,
+    fill: bool,
+    data: np.ndarray,
+    offsets: np.ndarray,
+    valid: np.ndarray,
+    index: int,
+    filled: int,
+) -> int:
+    """Item ``index`` of a binary column holding ``filled`` bytes so far: the ``length`` bytes
+    at ``start`` (-1: null), written only with ``fill``. Returns the column's byte count."""
+    if length > 0:
+        if fill:
+            data[filled : filled + length] = buf[start : start + length]
+        filled += length
+    if fill:
+        valid[index] = 1 if length >= 0 else 0
+        offsets[index + 1] = filled
+    return filled
+
+
 @numba.njit(cache=True, nogil=True)
 def decode_records(
     plain: np.ndarray,
@@ -168,6 +192,7 @@ def decode_records(
     header_list_offsets: np.ndarray,
     header_key_offsets: np.ndarray,
     header_key_data: np.ndarray,
+    header_key_valid: np.ndarray,
     header_value_offsets: np.ndarray,
     header_value_data: np.ndarray,
     header_value_valid: np.ndarray,
@@ -238,23 +263,14 @@ def decode_records(
                 if pos < 0:
                     return pos
                 if keep:
-                    if fill:
-                        header_key_data[header_key_bytes : header_key_bytes + header_key_length] = (
-                            buf[header_key_start : header_key_start + header_key_length]
-                        )
-                        header_key_offsets[headers + 1] = header_key_bytes + header_key_length
-                        if header_value_length >= 0:
-                            header_value_data[
-                                header_value_bytes : header_value_bytes + header_value_length
-                            ] = buf[header_value_start : header_value_start + header_value_length]
-                            header_value_bytes += header_value_length
-                            header_value_valid[headers] = 1
-                        else:
-                            header_value_valid[headers] = 0
-                        header_value_offsets[headers + 1] = header_value_bytes
-                    elif header_value_length > 0:
-                        header_value_bytes += header_value_length
-                    header_key_bytes += header_key_length
+                    header_key_bytes = _append(
+                        buf, header_key_start, header_key_length, fill, header_key_data,
+                        header_key_offsets, header_key_valid, headers, header_key_bytes,
+                    )  # fmt: skip
+                    header_value_bytes = _append(
+                        buf, header_value_start, header_value_length, fill, header_value_data,
+                        header_value_offsets, header_value_valid, headers, header_value_bytes,
+                    )  # fmt: skip
                     headers += 1
             if pos != record_end:
                 return -4
@@ -264,30 +280,14 @@ def decode_records(
                 offsets[rows] = offset
                 timestamps[rows] = max_timestamp if log_append else base_timestamp + timestamp_delta
                 timestamp_types[rows] = timestamp_type
-                if key_length >= 0:
-                    key_data[key_bytes : key_bytes + key_length] = buf[
-                        key_start : key_start + key_length
-                    ]
-                    key_bytes += key_length
-                    key_valid[rows] = 1
-                else:
-                    key_valid[rows] = 0
-                key_offsets[rows + 1] = key_bytes
-                if value_length >= 0:
-                    value_data[value_bytes : value_bytes + value_length] = buf[
-                        value_start : value_start + value_length
-                    ]
-                    value_bytes += value_length
-                    value_valid[rows] = 1
-                else:
-                    value_valid[rows] = 0
-                value_offsets[rows + 1] = value_bytes
                 header_list_offsets[rows + 1] = headers
-            else:
-                if key_length > 0:
-                    key_bytes += key_length
-                if value_length > 0:
-                    value_bytes += value_length
+            key_bytes = _append(
+                buf, key_start, key_length, fill, key_data, key_offsets, key_valid, rows, key_bytes
+            )
+            value_bytes = _append(
+                buf, value_start, value_length, fill, value_data, value_offsets, value_valid, rows,
+                value_bytes,
+            )  # fmt: skip
             rows += 1
         if pos != seg_end:
             return -6
