@@ -42,6 +42,19 @@ def test_unknown_key_is_refused(tmp_path: Path) -> None:
     assert "chunk_record" in result.stdout + result.stderr
 
 
+def test_an_unknown_parquet_codec_is_refused_with_the_choices(tmp_path: Path) -> None:
+    config = tmp_path / "isk.yaml"
+    config.write_text(
+        "services:\n  - type: isk\n    config:\n      kafka_bootstrap: 127.0.0.1:1\n"
+        "      parquet_compression: brotli\n      http: {access_key: a, secret_key: b}\n"
+    )
+    result = run("config", "check", str(config))
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "parquet_compression" in output and "brotli" in output
+    assert "'snappy'" in output and "'zstd'" in output
+
+
 def test_unknown_index_backend_fails_before_starting(tmp_path: Path) -> None:
     config = tmp_path / "isk.yaml"
     config.write_text(
