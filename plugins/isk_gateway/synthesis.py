@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,6 +35,7 @@ from bergstream.plugins.isk_gateway.batch_decoder import (
 __all__ = [
     "PARQUET_COMPRESSIONS",
     "AbortedTransaction",
+    "ParquetCompression",
     "SynthesisError",
     "SynthesizedFile",
     "parquet_bytes",
@@ -58,7 +60,8 @@ records_to_table = decode_batches
 
 
 #: Codecs a synthesized Parquet file may be written with (``isk.parquet_compression``).
-PARQUET_COMPRESSIONS = ("snappy", "zstd", "lz4", "gzip", "none")
+ParquetCompression = Literal["snappy", "zstd", "lz4", "gzip", "none"]
+PARQUET_COMPRESSIONS: tuple[str, ...] = get_args(ParquetCompression)
 #: Small columns: the only ones with Parquet statistics and dictionaries. Iceberg engines prune
 #: by the manifests' bounds, and min/max of 1 KB values cost more than they save.
 _STATISTICS_COLUMNS = ["kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_timestamp_type"]

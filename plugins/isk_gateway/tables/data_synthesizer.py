@@ -21,7 +21,12 @@ from bergstream.core.backends import ServiceContext
 from bergstream.core.metrics import ISK_KAFKA_READ_BYTES
 from bergstream.core.models import Bootstrap, StrictModel
 from bergstream.plugins.isk_gateway.provider import NoSuchFile, NoSuchTable
-from bergstream.plugins.isk_gateway.synthesis import SynthesisError, parquet_bytes, records_to_table
+from bergstream.plugins.isk_gateway.synthesis import (
+    ParquetCompression,
+    SynthesisError,
+    parquet_bytes,
+    records_to_table,
+)
 from bergstream.plugins.isk_gateway.tables.kafka_reader import (
     FetchedRange,
     KafkaReader,
@@ -87,7 +92,7 @@ class HotsetDataSynthesizerConfig(StrictModel):
     cluster: str = Field(min_length=1, description="cluster name in the keys it builds")
     kafka_bootstrap: Bootstrap = Field(description="host:port list of the Kafka cluster")
     unit: Literal["day", "hour"] = Field(DAY, description="time unit the hotset is cut by")
-    compression: Literal["snappy", "zstd", "lz4", "gzip", "none"] = Field(
+    compression: ParquetCompression = Field(
         "snappy", description="Parquet codec of the files it writes"
     )
 
