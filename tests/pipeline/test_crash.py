@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -80,11 +81,33 @@ def _commits_since(log: Path, offset: int) -> int:
         return sum(1 for line in handle if line.startswith(b"batch "))
 
 
+def _caught_up(log: Path, offset: int, total: int) -> bool:
+    """Whether this run's last batch reached offsets that add up to ``total`` records."""
+    with open(log, "rb") as handle:
+        handle.seek(offset)
+        batches = [line for line in handle if line.startswith(b"batch ")]
+    found = re.search(rb"offsets ((?:\d+:\d+ ?)+)\s*$", batches[-1]) if batches else None
+    if found is None:
+        return False
+    return sum(int(pair.split(b":")[1]) for pair in found.group(1).split()) == total
+
+
 def _wait_for_commits(
-    log: Path, offset: int, count: int, process: subprocess.Popen[bytes], timeout: float = 180
+    log: Path,
+    offset: int,
+    count: int,
+    process: subprocess.Popen[bytes],
+    produced_all: Callable[[], int | None],
+    timeout: float = 180,
 ) -> None:
+    """Wait for ``count`` commits of this run, or fewer if it copied everything there will
+    ever be (``produced_all()``: the total once the producer has finished): no more commits
+    would come."""
     deadline = time.monotonic() + timeout
     while _commits_since(log, offset) < count:
+        total = produced_all()
+        if total is not None and _caught_up(log, offset, total):
+            return
         assert process.poll() is None, f"the pipeline exited early:\n{log.read_text()[-3000:]}"
         assert time.monotonic() < deadline, (
             f"no {count} commits in {timeout}s:\n{log.read_text()[-3000:]}"
@@ -121,7 +144,13 @@ def test_sigkill_at_random_moments(
                 # Once this run has committed 1-3 batches, then at a random point of the next
                 # batch: a machine slow to start Spark must not turn every kill into a start-up
                 # kill.
-                _wait_for_commits(log, seen, rng.randint(1, 3), process)
+                _wait_for_commits(
+                    log,
+                    seen,
+                    rng.randint(1, 3),
+                    process,
+                    lambda: None if producer.is_alive() else sent[0],
+                )
                 time.sleep(rng.uniform(0.0, 2.0))
             assert process.poll() is None, f"the pipeline exited early:\n{log.read_text()[-3000:]}"
             os.killpg(process.pid, signal.SIGKILL)
