@@ -14,8 +14,8 @@ from urllib.parse import urlparse
 
 from pydantic import Field
 
+from bergstream.core.home import bergstream_home
 from bergstream.core.models import Bootstrap, StrictModel
-from bergstream.core.stack.paths import StackPaths
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -181,10 +181,6 @@ class ResolvedLake:
         return f"{self.catalog_name}.{self.namespace}.`{quoted}`"
 
 
-def _home(home: Path | str | None) -> Path:
-    return StackPaths.resolve(home=home).home
-
-
 def _sqlite_uri(uri: str | None, home: Path) -> str:
     if uri is None:
         return f"sqlite:///{home / 'lake' / 'catalog.db'}"
@@ -221,7 +217,7 @@ def _warehouse(value: str | None, home: Path, catalog_type: str) -> str | None:
 def resolve_lake(config: LakeConfig, home: Path | str | None = None) -> ResolvedLake:
     """Fill the defaults of ``config`` (under ``home``, else ``$BERGSTREAM_HOME``, else
     ``./.bergstream``) and check that the pieces fit together."""
-    root = _home(home)
+    root = bergstream_home(home)
     catalog = config.catalog
     if catalog.type == "sql":
         uri = _sqlite_uri(catalog.uri, root)

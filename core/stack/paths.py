@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from bergstream.core.home import bergstream_cache, bergstream_home
 
 __all__ = ["COMPONENTS", "StackError", "StackPaths"]
 
@@ -31,14 +32,7 @@ class StackPaths:
     def resolve(cls, home: Path | str | None = None, cache: Path | str | None = None) -> StackPaths:
         """Resolve the paths: ``home`` or ``$BERGSTREAM_HOME`` or ``./.bergstream``; ``cache`` or
         ``$BERGSTREAM_CACHE`` or ``~/.cache/bergstream``. Both are made absolute, not created."""
-        if home is None:
-            home = os.environ.get("BERGSTREAM_HOME") or ".bergstream"
-        if cache is None:
-            cache = os.environ.get("BERGSTREAM_CACHE") or Path.home() / ".cache" / "bergstream"
-        return cls(
-            home=Path(home).expanduser().resolve(),
-            cache=Path(cache).expanduser().resolve(),
-        )
+        return cls(home=bergstream_home(home), cache=bergstream_cache(cache))
 
     @property
     def state_file(self) -> Path:
