@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bergstream.core.backends import CacheBackend, ChunkEntry, IndexBackend
-from bergstream.core.stack import stack_down, stack_up
 from bergstream.core.testing.backends import chunk
+from bergstream.devstack.stack import stack_down, stack_up
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
 from bergstream.plugins.cache_backends.redis_cache import RedisCache
 from bergstream.plugins.cache_backends.s3_cache import S3Cache, minio_client

@@ -12,7 +12,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from bergstream.core.stack import kafka_tool_command
+from bergstream.devstack.stack import kafka_tool_command
 
 
 def create_topic(kafka: str, topic: str, partitions: int) -> None:

@@ -55,9 +55,13 @@ import yaml
 from benchkit import create_topic, perf_produce, synthesis_vs_write_table
 
 from bergstream.core.lake import LakeConfig, load_catalog, resolve_lake
-from bergstream.core.quickstart_clients import SqlSession, duckdb_extension_paths, offline_duckdb
-from bergstream.core.stack import stack_down, stack_up
-from bergstream.core.stack.ports import free_ports
+from bergstream.devstack.quickstart.clients import (
+    SqlSession,
+    duckdb_extension_paths,
+    offline_duckdb,
+)
+from bergstream.devstack.stack import stack_down, stack_up
+from bergstream.devstack.stack.ports import free_ports
 
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
 TOPIC = "isk_query_bench"

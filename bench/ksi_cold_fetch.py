@@ -28,8 +28,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from bergstream.core.stack import kafka_tool_command, stack_down, stack_up
-from bergstream.core.stack.ports import free_port_block
+from bergstream.devstack.stack import kafka_tool_command, stack_down, stack_up
+from bergstream.devstack.stack.ports import free_port_block
 
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
 

@@ -27,9 +27,10 @@ from pathlib import Path
 
 from benchkit import create_topic, perf_produce
 
-from bergstream.core.lake import LakeConfig, LakePipelineConfig, resolve_lake
-from bergstream.core.stack import stack_down, stack_up
+from bergstream.core.lake import LakeConfig
+from bergstream.devstack.stack import stack_down, stack_up
 from bergstream.pipeline.session import attach_catalog, build_session
+from bergstream.pipeline.settings import LakePipelineConfig, resolve_pipeline_lake
 from bergstream.pipeline.stream import HEADERS_TYPE, run_pipeline
 
 
@@ -105,15 +106,12 @@ def main() -> None:
                     baseline_runs.append(time.monotonic() - began)
                     shutil.rmtree(target, ignore_errors=True)
                 else:
-                    lake = resolve_lake(
-                        LakeConfig(
-                            kafka_bootstrap=kafka,
-                            namespace=f"bench_{round_}",
-                            pipeline=LakePipelineConfig(
-                                max_offsets_per_trigger=args.max_offsets_per_trigger
-                            ),
-                        ),
+                    lake = resolve_pipeline_lake(
+                        LakeConfig(kafka_bootstrap=kafka, namespace=f"bench_{round_}"),
                         home=home,
+                        pipeline=LakePipelineConfig(
+                            max_offsets_per_trigger=args.max_offsets_per_trigger
+                        ),
                     )
                     attach_catalog(spark, lake)
                     result = run_pipeline(spark, lake, topic, once=True, report=print)

@@ -27,7 +27,7 @@ from typing import Any
 from bergstream.core.config import VirtualClusterConfig
 from bergstream.core.proxy.server import ProxyServer
 from bergstream.core.proxy.stats import cluster_stats
-from bergstream.core.stack.ports import free_port_block
+from bergstream.devstack.stack.ports import free_port_block
 
 LIST_GROUPS = 16
 WINDOW = 200

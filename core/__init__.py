@@ -1,4 +1,6 @@
-"""bergstream core: the plugin framework, configuration, the Kafka proxy and the local stack.
+"""bergstream core: the plugin contract and the runtimes every plugin builds on.
+
+The layers and import rules are in docs/architecture.md.
 
 Importing this package never imports a plugin, pyspark or any optional backend library.
 """

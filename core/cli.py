@@ -17,7 +17,6 @@ from bergstream.core import __version__
 from bergstream.core.config import ConfigError, load_config
 from bergstream.core.logs import LOG_FORMATS, configure_logging
 from bergstream.core.plugins import PluginError, PluginRegistry, load_registry
-from bergstream.core.quickstart import quickstart_command
 
 
 def _registry() -> PluginRegistry:
@@ -89,12 +88,21 @@ def config_group() -> None:
 @click.argument("file", type=click.Path(path_type=Path))
 def config_check(file: Path) -> None:
     """Validate FILE: exit 0 if good, else print every problem and exit 1."""
+    from bergstream.core.runner import build_services
+
+    registry = _registry()
     try:
-        config = load_config(file, registry=_registry())
+        config = load_config(file, registry=registry)
     except ConfigError as error:
         for problem in error.problems:
             click.echo(str(problem), err=True)
         click.echo(f"{file}: {len(error.problems)} problem(s)", err=True)
+        sys.exit(1)
+    try:
+        # What `run` does with a loaded file before anything listens or connects.
+        build_services(config, registry)
+    except (PluginError, OSError, ValueError, RuntimeError) as error:
+        click.echo(f"{file}: cannot start: {error}", err=True)
         sys.exit(1)
     filters = sum(len(c.filters) for c in config.virtual_clusters)
     click.echo(
@@ -135,61 +143,6 @@ def run_command(ctx: click.Context, config_file: Path) -> None:
         # Start-up failures (a port in use, a plugin that cannot start with these settings)
         # are the operator's to fix: one line, not a traceback.
         raise click.ClickException(f"{config_file}: cannot start: {error}") from None
-
-
-@cli.group("stack")
-def stack_group() -> None:
-    """The local stack of real components: Kafka (KRaft), an S3 server and Redis."""
-
-
-@stack_group.command("up")
-@click.option(
-    "--component",
-    "components",
-    multiple=True,
-    type=click.Choice(["kafka", "s3", "redis"]),
-    help="Only these (default: all).",
-)
-def stack_up_command(components: tuple[str, ...]) -> None:
-    """Start the stack in the background under $BERGSTREAM_HOME; print its env when ready."""
-    from bergstream.core.stack import StackError, stack_up
-
-    try:
-        env = stack_up(components=set(components) or None)
-    except StackError as error:
-        raise click.ClickException(str(error)) from None
-    click.echo(env.as_exports())
-
-
-@stack_group.command("down")
-def stack_down_command() -> None:
-    """Stop every process the stack started, by PID."""
-    from bergstream.core.stack import stack_down
-
-    stopped = stack_down()
-    click.echo("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
-
-
-@stack_group.command("status")
-def stack_status_command() -> None:
-    """Show each component's PID, address and whether it runs."""
-    from bergstream.core.stack import stack_status
-
-    click.echo(json.dumps(stack_status(), indent=2, default=str))
-
-
-@stack_group.command("env")
-def stack_env_command() -> None:
-    """Print the stack's ``export NAME=VALUE`` lines again."""
-    from bergstream.core.stack import StackError, stack_env
-
-    try:
-        click.echo(stack_env().as_exports())
-    except StackError as error:
-        raise click.ClickException(str(error)) from None
-
-
-cli.add_command(quickstart_command)
 
 
 def build_cli() -> click.Group:

@@ -2,7 +2,10 @@
 
 Every problem is reported with the file, the line, the path inside the file (for example
 ``virtual_clusters[0].filters[1].type``), what is wrong and what would be valid. All problems of a
-file are collected before raising, so one ``bergstream config check`` shows them all.
+file are collected before raising, so one ``bergstream config check`` shows them all. Given the
+plugin registry, the loader also resolves every ``{type, config}`` choice of the file, however
+deep (:mod:`bergstream.core.choices`), and validates the sections plugins define
+(:mod:`bergstream.core.sections`): what loads here is what ``bergstream run`` accepts.
 """
 
 from __future__ import annotations
@@ -16,16 +19,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from bergstream.core.lake import LakeConfig
+from bergstream.core.choices import ChoiceResolver, FilterChoice, ServiceChoice
+from bergstream.core.lake import LakeConfig, LakeConfigError, resolve_lake
 from bergstream.core.models import Bootstrap, StrictModel
+from bergstream.core.problems import Loc, Problem, format_loc, pydantic_problems
+from bergstream.core.sections import check_sections
 
 if TYPE_CHECKING:
     from bergstream.core.plugins import PluginRegistry
-    from bergstream.core.registrations import Registration
-
-Loc = tuple[str | int, ...]
 
 _VAR = re.compile(r"\$(\$)?\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -50,17 +53,6 @@ class ConfigError(Exception):
     def __init__(self, problems: list[ConfigProblem]) -> None:
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
-
-
-def format_loc(loc: Loc) -> str:
-    """Render a location tuple as ``a.b[0].c``."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
 
 
 # --------------------------------------------------------------------------- models
@@ -139,21 +131,13 @@ class GatewayConfig(StrictModel):
         return self
 
 
-class PluginInstanceConfig(StrictModel):
-    """A plugin chosen by ``type`` with its own ``config`` block."""
-
-    type: str = Field(description="registered name of the plugin")
-    config: dict[str, Any] = Field(default_factory=dict, description="the plugin's own settings")
-    settings: Any = Field(None, exclude=True, description="(internal) the validated config model")
-
-
 class VirtualClusterConfig(StrictModel):
     """One virtual cluster: what clients connect to, what it fronts, which filters it runs."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="name used in logs and metrics")
     target: TargetClusterConfig
     gateway: GatewayConfig
-    filters: list[PluginInstanceConfig] = Field(default_factory=list)
+    filters: list[FilterChoice] = Field(default_factory=list)
     max_frame_bytes: int = Field(
         104_857_600, ge=1024, description="larger client frames close the connection"
     )
@@ -215,7 +199,7 @@ class BergstreamConfig(StrictModel):
     """The whole config file."""
 
     virtual_clusters: list[VirtualClusterConfig] = Field(default_factory=list)
-    services: list[PluginInstanceConfig] = Field(default_factory=list)
+    services: list[ServiceChoice] = Field(default_factory=list)
     lake: LakeConfig | None = Field(
         None, description="the Iceberg coldset and the pipeline that fills it (see core/lake.py)"
     )
@@ -226,6 +210,12 @@ class BergstreamConfig(StrictModel):
         default_factory=LoggingConfig, description="log format and level of bergstream run"
     )
     source: str = Field("<memory>", exclude=True, description="(internal) where it was loaded from")
+    sections: dict[str, Any] = Field(
+        default_factory=dict,
+        exclude=True,
+        description="(internal) the settings of each plugin-defined section (lake.pipeline, ...) "
+        "by dotted path, as the loader validated them; empty without a registry",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -248,9 +238,7 @@ class BergstreamConfig(StrictModel):
 # --------------------------------------------------------------------------- loading
 
 
-def interpolate(
-    value: Any, env: Mapping[str, str], loc: Loc, problems: list[tuple[Loc, str]]
-) -> Any:
+def interpolate(value: Any, env: Mapping[str, str], loc: Loc, problems: list[Problem]) -> Any:
     """Replace ``${VAR}`` and ``${VAR:-default}`` in strings; ``$${`` is a literal ``${``."""
     if isinstance(value, str):
 
@@ -303,72 +291,34 @@ def _line_for(loc: Loc, lines: Mapping[Loc, int]) -> int | None:
     return lines.get(())
 
 
-def _pydantic_problems(error: ValidationError, prefix: Loc = ()) -> list[tuple[Loc, str]]:
-    out = []
-    for item in error.errors():
-        loc = (*prefix, *item["loc"])
-        message = item["msg"]
-        if item["type"] == "extra_forbidden":
-            message = "unknown key: remove it or check its spelling"
-        elif item["type"] == "missing":
-            message = "required key is missing"
-        elif "input" in item and item["type"] not in ("model_type", "dict_type"):
-            message = f"{message} (got {item['input']!r})"
-        out.append((loc, message))
-    return out
+def _lake_problems(config: BergstreamConfig) -> list[Problem]:
+    """What :func:`~bergstream.core.lake.resolve_lake` (run by every user of the lake) refuses."""
+    if config.lake is None:
+        return []
+    try:
+        resolve_lake(config.lake)
+    except LakeConfigError as error:
+        return [(tuple(error.path.split(".")), str(error))]
+    return []
 
 
-def _plugin_sections(data: Mapping[str, Any]) -> list[tuple[Loc, Mapping[str, Any], str]]:
-    """Every ``{type, config}`` block of the raw data, with its location and plugin kind."""
-    sections: list[tuple[Loc, Mapping[str, Any], str]] = []
-    clusters = data.get("virtual_clusters")
-    for ci, cluster in enumerate(clusters if isinstance(clusters, list) else []):
-        filters = cluster.get("filters") if isinstance(cluster, dict) else None
-        for fi, block in enumerate(filters if isinstance(filters, list) else []):
-            sections.append((("virtual_clusters", ci, "filters", fi), block, "filter"))
-    services = data.get("services")
-    for si, block in enumerate(services if isinstance(services, list) else []):
-        sections.append((("services", si), block, "service"))
-    return [(loc, block, kind) for loc, block, kind in sections if isinstance(block, dict)]
-
-
-def _validate_plugins(
-    data: Mapping[str, Any], registry: PluginRegistry
-) -> tuple[dict[Loc, BaseModel], list[tuple[Loc, str]]]:
-    """Resolve each plugin ``type`` and validate its ``config``; works on raw data so plugin
-    problems are reported even when the rest of the file has problems too."""
-    settings: dict[Loc, BaseModel] = {}
-    problems: list[tuple[Loc, str]] = []
-    for loc, block, kind in _plugin_sections(data):
-        name = block.get("type")
-        if not isinstance(name, str):
-            continue  # the model validation reports a missing or non-string type
-        registered: dict[str, Registration] = registry.registrations(kind)
-        registration = registered.get(name)
-        if registration is None:
-            names = ", ".join(sorted(registered)) or "none"
-            problems.append(
-                (
-                    (*loc, "type"),
-                    f"no {kind} plugin named '{name}' is installed; installed {kind}s: {names}",
-                )
-            )
-            continue
-        try:
-            settings[loc] = registration.config_model.model_validate(block.get("config") or {})
-        except ValidationError as error:
-            problems.extend(_pydantic_problems(error, (*loc, "config")))
-    return settings, problems
-
-
-def _attach_settings(config: BergstreamConfig, settings: Mapping[Loc, BaseModel]) -> None:
-    for ci, cluster in enumerate(config.virtual_clusters):
-        for fi, instance in enumerate(cluster.filters):
-            object.__setattr__(
-                instance, "settings", settings[("virtual_clusters", ci, "filters", fi)]
-            )
-    for si, instance in enumerate(config.services):
-        object.__setattr__(instance, "settings", settings[("services", si)])
+def _plugin_problems(
+    data: dict[str, Any], config: BergstreamConfig | None, registry: PluginRegistry
+) -> list[Problem]:
+    """Resolve every plugin choice and plugin-defined section of the file against ``registry``,
+    attaching their settings to ``config``. Works from the raw ``data`` where the file did not
+    validate, so plugin problems show up together with the others."""
+    resolver = ChoiceResolver(registry)
+    if config is not None:
+        resolver.resolve_tree(config, ())
+    else:
+        resolver.check_raw(BergstreamConfig, data, ())
+    sections, problems = check_sections(BergstreamConfig, data, registry)
+    for name, settings in sections.items():
+        resolver.resolve_tree(settings, tuple(name.split(".")))
+    if config is not None:
+        object.__setattr__(config, "sections", sections)
+    return [*resolver.problems, *problems]
 
 
 def parse_config(
@@ -380,8 +330,10 @@ def parse_config(
 ) -> BergstreamConfig:
     """Parse, interpolate and validate config ``text``; raise :class:`ConfigError` on problems.
 
-    With a ``registry``, every plugin ``type`` is resolved and its ``config`` block validated
-    against the plugin's config model (stored on ``instance.settings``).
+    With a ``registry``, every ``{type, config}`` choice of the file (``filters[]``,
+    ``services[]`` and those inside plugin settings) is resolved and its ``config`` validated
+    against the chosen plugin's model (stored on the choice's ``settings``), and every section a
+    plugin defines is validated (stored in ``config.sections``).
     """
     lines: dict[Loc, int] = {}
     try:
@@ -404,7 +356,7 @@ def parse_config(
             [ConfigProblem(source, "", "the file must hold a mapping at top level", 1)]
         )
 
-    found: list[tuple[Loc, str]] = []
+    found: list[Problem] = []
     data = interpolate(raw, os.environ if env is None else env, (), found)
 
     config: BergstreamConfig | None = None
@@ -412,12 +364,11 @@ def parse_config(
         try:
             config = BergstreamConfig.model_validate({**data, "source": source})
         except ValidationError as error:
-            found.extend(_pydantic_problems(error))
+            found.extend(pydantic_problems(error))
+        else:
+            found.extend(_lake_problems(config))
         if registry is not None:
-            settings, plugin_problems = _validate_plugins(data, registry)
-            found.extend(plugin_problems)
-            if config is not None and not plugin_problems:
-                _attach_settings(config, settings)
+            found.extend(_plugin_problems(data, config, registry))
     if found:
         raise ConfigError(
             [

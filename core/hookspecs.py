@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from bergstream.core.registrations import (
         CacheBackendRegistration,
+        ConfigSectionRegistration,
         FileSynthesizerRegistration,
         FilterRegistration,
         IndexBackendRegistration,
@@ -97,6 +98,27 @@ def register_services() -> list[ServiceRegistration]:
 
     Return a list of :class:`~bergstream.core.registrations.ServiceRegistration`; the factory
     returns a :class:`~bergstream.core.service.Service` whose ``start``/``stop`` the runner awaits.
+    """
+
+
+@hookspec
+def register_config_sections() -> list[ConfigSectionRegistration]:
+    """Register the settings of a config section that core leaves to a plugin.
+
+    Return a list of :class:`~bergstream.core.registrations.ConfigSectionRegistration`. Its
+    ``name`` is the section's dotted path; core reserves these paths for plugins:
+    ``lake.pipeline`` and ``lake.maintenance`` (the lake pipeline registers both). The config
+    loader validates the section against ``config_model`` (defaults when the section is absent,
+    every problem with its path and line) and puts the result in
+    ``BergstreamConfig.sections[name]``. A section written in a file that no installed plugin
+    registers is a problem naming what to install.
+
+    Example::
+
+        @hookimpl
+        def register_config_sections():
+            return [ConfigSectionRegistration(name="lake.pipeline",
+                                              config_model=MyPipelineConfig)]
     """
 
 

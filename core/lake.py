@@ -1,21 +1,24 @@
-"""The ``lake:`` section of the config: where the coldset lives and how the pipeline fills it.
+"""The ``lake:`` section of the config: where the coldset lives (Kafka, catalog, warehouse, S3).
 
 Shared by the pipeline (Spark), ISK and KSI (PyIceberg). :func:`resolve_lake` fills the defaults
 (everything under ``$BERGSTREAM_HOME/lake``) and :func:`load_catalog` opens the catalog with
-PyIceberg. Nothing here imports pyspark.
+PyIceberg. ``lake.pipeline`` and ``lake.maintenance`` belong to the pipeline, which defines and
+validates them (``register_config_sections``); core keeps them as raw mappings. Nothing here
+imports pyspark.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import Field
 
 from bergstream.core.home import bergstream_home
 from bergstream.core.models import Bootstrap, StrictModel
+from bergstream.core.sections import SectionSlot
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -25,8 +28,6 @@ __all__ = [
     "LakeCatalogConfig",
     "LakeConfig",
     "LakeConfigError",
-    "LakeMaintenanceConfig",
-    "LakePipelineConfig",
     "LakeS3Config",
     "ResolvedLake",
     "load_catalog",
@@ -39,7 +40,19 @@ DEFAULT_NAMESPACE = "coldset"
 
 
 class LakeConfigError(ValueError):
-    """The lake settings cannot be used as given; the message says what to change."""
+    """The lake settings cannot be used as given; the message says what to change and ``path``
+    (``lake.catalog.uri``) which setting it is."""
+
+    def __init__(self, message: str, path: str = "lake") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+#: Who defines ``lake.pipeline`` and ``lake.maintenance`` (said when no installed plugin does).
+_PIPELINE_PLUGIN = (
+    "bergstream's lake pipeline (the `pipeline` plugin of the bergstream distribution, "
+    "bergstream.pipeline.plugin)"
+)
 
 
 class LakeS3Config(StrictModel):
@@ -78,51 +91,6 @@ class LakeCatalogConfig(StrictModel):
     )
 
 
-class LakePipelineConfig(StrictModel):
-    """How ``bergstream pipeline run`` reads Kafka."""
-
-    trigger_interval_seconds: float = Field(
-        10.0, gt=0, description="micro-batch interval when running continuously"
-    )
-    checkpoint_dir: Path | None = Field(
-        None, description="Spark checkpoints (default $BERGSTREAM_HOME/lake/checkpoints)"
-    )
-    max_offsets_per_trigger: int | None = Field(
-        None, ge=1, description="cap on records per micro-batch, all partitions together"
-    )
-    fail_on_data_loss: bool = Field(
-        True, description="stop when Kafka deleted records before they were copied"
-    )
-    kafka_options: dict[str, str] = Field(
-        default_factory=dict,
-        description="more Kafka client settings (security.protocol, sasl.*, ...)",
-    )
-    spark_conf: dict[str, str] = Field(
-        default_factory=dict, description="more Spark settings (spark.driver.memory, ...)"
-    )
-
-
-class LakeMaintenanceConfig(StrictModel):
-    """What ``bergstream pipeline maintain`` does."""
-
-    target_file_size_bytes: int = Field(
-        134_217_728, ge=1_048_576, description="compaction target size of a data file"
-    )
-    min_input_files: int = Field(
-        2, ge=1, description="compact a partition only when it has this many small files"
-    )
-    snapshot_retention_hours: float = Field(
-        120.0, ge=0, description="expire snapshots older than this"
-    )
-    retain_last: int = Field(5, ge=1, description="always keep this many recent snapshots")
-    orphan_min_age_hours: float = Field(
-        72.0,
-        ge=0,
-        description="delete unreferenced files only when older than this (protects writes "
-        "in flight)",
-    )
-
-
 class LakeConfig(StrictModel):
     """The ``lake:`` section."""
 
@@ -134,8 +102,14 @@ class LakeConfig(StrictModel):
     )
     catalog: LakeCatalogConfig = Field(default_factory=LakeCatalogConfig)
     s3: LakeS3Config | None = Field(None, description="S3 settings for an s3:// warehouse")
-    pipeline: LakePipelineConfig = Field(default_factory=LakePipelineConfig)
-    maintenance: LakeMaintenanceConfig = Field(default_factory=LakeMaintenanceConfig)
+    pipeline: Annotated[dict[str, Any], SectionSlot(_PIPELINE_PLUGIN)] = Field(
+        default_factory=dict,
+        description="how `bergstream pipeline run` reads Kafka (defined by the pipeline)",
+    )
+    maintenance: Annotated[dict[str, Any], SectionSlot(_PIPELINE_PLUGIN)] = Field(
+        default_factory=dict,
+        description="what `bergstream pipeline maintain` does (defined by the pipeline)",
+    )
 
 
 # --------------------------------------------------------------------------- resolution
@@ -150,7 +124,6 @@ class ResolvedLake:
     catalog_name: str
     catalog_uri: str  # sqlite:////abs/path.db or the REST base URL
     warehouse: str | None  # file:///abs/dir or s3://bucket/prefix (None: the REST server's own)
-    checkpoint_dir: Path
     namespace: str
 
     @property
@@ -187,7 +160,8 @@ def _sqlite_uri(uri: str | None, home: Path) -> str:
     if not uri.startswith("sqlite:///"):
         raise LakeConfigError(
             f"lake.catalog.uri '{uri}': the sql catalog takes a sqlite:///PATH URI (e.g. "
-            "sqlite:////var/lib/bergstream/catalog.db); for a shared catalog use type: rest"
+            "sqlite:////var/lib/bergstream/catalog.db); for a shared catalog use type: rest",
+            "lake.catalog.uri",
         )
     path = Path(uri.removeprefix("sqlite:///")).expanduser()
     return f"sqlite:///{path.resolve()}"
@@ -200,7 +174,8 @@ def _warehouse(value: str | None, home: Path, catalog_type: str) -> str | None:
     if parsed.scheme in ("s3", "s3a"):
         if not parsed.netloc:
             raise LakeConfigError(
-                f"lake.catalog.warehouse '{value}' names no bucket: write s3://BUCKET/PREFIX"
+                f"lake.catalog.warehouse '{value}' names no bucket: write s3://BUCKET/PREFIX",
+                "lake.catalog.warehouse",
             )
         return f"s3://{parsed.netloc}{parsed.path.rstrip('/')}"
     if parsed.scheme == "file":
@@ -210,7 +185,8 @@ def _warehouse(value: str | None, home: Path, catalog_type: str) -> str | None:
     if catalog_type == "rest":
         return value  # a warehouse name the REST server understands
     raise LakeConfigError(
-        f"lake.catalog.warehouse '{value}': use a directory, file:///DIR or s3://BUCKET/PREFIX"
+        f"lake.catalog.warehouse '{value}': use a directory, file:///DIR or s3://BUCKET/PREFIX",
+        "lake.catalog.warehouse",
     )
 
 
@@ -224,18 +200,17 @@ def resolve_lake(config: LakeConfig, home: Path | str | None = None) -> Resolved
     else:
         if not catalog.uri or urlparse(catalog.uri).scheme not in ("http", "https"):
             raise LakeConfigError(
-                "lake.catalog.uri: a rest catalog needs its base URL, e.g. http://127.0.0.1:8181"
+                "lake.catalog.uri: a rest catalog needs its base URL, e.g. http://127.0.0.1:8181",
+                "lake.catalog.uri",
             )
         uri = catalog.uri.rstrip("/")
     warehouse = _warehouse(catalog.warehouse, root, catalog.type)
-    checkpoints = config.pipeline.checkpoint_dir or root / "lake" / "checkpoints"
     return ResolvedLake(
         config=config,
         catalog_type=catalog.type,
         catalog_name=catalog.name,
         catalog_uri=uri,
         warehouse=warehouse,
-        checkpoint_dir=Path(checkpoints).expanduser().resolve(),
         namespace=config.namespace,
     )
 

@@ -18,6 +18,7 @@ import pluggy
 from bergstream.core import hookspecs
 from bergstream.core.registrations import (
     CacheBackendRegistration,
+    ConfigSectionRegistration,
     FileSynthesizerRegistration,
     FilterRegistration,
     IndexBackendRegistration,
@@ -36,6 +37,7 @@ REGISTRATION_HOOKS: dict[str, tuple[str, type[Registration]]] = {
     "index backend": ("register_index_backends", IndexBackendRegistration),
     "value codec": ("register_value_codecs", ValueCodecRegistration),
     "service": ("register_services", ServiceRegistration),
+    "config section": ("register_config_sections", ConfigSectionRegistration),
 }
 
 

@@ -7,23 +7,25 @@ epoch, compression, timestamp type, transactional flag and producer state.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
-from aiokafka.record.util import calc_crc32c
 
-# Offsets inside a v2 batch header (see Kafka's DefaultRecordBatch).
-_BASE_OFFSET = 0
-_LENGTH = 8
-_LEADER_EPOCH = 12
-_MAGIC = 16
-_CRC = 17
-_ATTRIBUTES = 21
-_HEADER_SIZE = 61
-_TIMESTAMP_TYPE_BIT = 0x08
-_CONTROL_BIT = 0x20
+from bergstream.core.kafka_wire.record_batch import (
+    ATTRIBUTES_OFFSET,
+    BASE_OFFSET_OFFSET,
+    CONTROL_FLAG_MASK,
+    HEADER_SIZE,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    batch_end,
+    read_field,
+    write_crc,
+    write_field,
+)
 
 Header = tuple[str, bytes | None]
 
@@ -62,11 +64,7 @@ def split_batches(data: bytes | memoryview) -> Iterator[memoryview]:
     (brokers may cut a fetch response mid-batch)."""
     view = memoryview(data)
     pos = 0
-    while pos + _MAGIC + 1 <= len(view):
-        (length,) = struct.unpack_from(">i", view, pos + _LENGTH)
-        end = pos + _LENGTH + 4 + length
-        if length < _HEADER_SIZE - _LENGTH - 4 or end > len(view):
-            return
+    while (end := batch_end(view, pos)) is not None:
         yield view[pos:end]
         pos = end
 
@@ -74,10 +72,9 @@ def split_batches(data: bytes | memoryview) -> Iterator[memoryview]:
 def batch_info(batch: bytes | memoryview) -> BatchInfo:
     """Read the batch-level fields of one v2 batch."""
     parsed = _parse(batch)
-    (leader_epoch,) = struct.unpack_from(">i", batch, _LEADER_EPOCH)
     return BatchInfo(
         base_offset=parsed.base_offset,
-        partition_leader_epoch=leader_epoch,
+        partition_leader_epoch=read_field(batch, PARTITION_LEADER_EPOCH_OFFSET),
         compression_type=parsed.compression_type,
         timestamp_type=parsed.timestamp_type,
         is_transactional=parsed.is_transactional,
@@ -89,12 +86,11 @@ def batch_info(batch: bytes | memoryview) -> BatchInfo:
 
 def is_control_batch(batch: bytes | memoryview) -> bool:
     """Whether ``batch`` is a control batch (transaction markers), which must pass unchanged."""
-    (attributes,) = struct.unpack_from(">h", batch, _ATTRIBUTES)
-    return bool(attributes & _CONTROL_BIT)
+    return bool(read_field(batch, ATTRIBUTES_OFFSET) & CONTROL_FLAG_MASK)
 
 
 def _parse(batch: bytes | memoryview) -> DefaultRecordBatch:
-    if len(batch) < _HEADER_SIZE or batch[_MAGIC] != 2:
+    if len(batch) < HEADER_SIZE or batch[MAGIC_OFFSET] != MAGIC_V2:
         raise RecordBatchError("not a v2 record batch (magic 2 needed, Kafka >= 0.11 clients)")
     return DefaultRecordBatch(bytes(batch))
 
@@ -121,7 +117,7 @@ def build_batch(records: Iterable[Record], info: BatchInfo) -> bytes:
     timestamp type bit is kept, so consumers see the original timestamps.
     """
     builder = DefaultRecordBatchBuilder(
-        magic=2,
+        magic=MAGIC_V2,
         compression_type=info.compression_type,
         is_transactional=int(info.is_transactional),
         producer_id=info.producer_id,
@@ -142,12 +138,12 @@ def build_batch(records: Iterable[Record], info: BatchInfo) -> bytes:
     if count == 0:
         raise RecordBatchError("a record batch needs at least one record")
     out = builder.build()
-    struct.pack_into(">q", out, _BASE_OFFSET, info.base_offset)
-    struct.pack_into(">i", out, _LEADER_EPOCH, info.partition_leader_epoch)
+    write_field(out, BASE_OFFSET_OFFSET, info.base_offset)
+    write_field(out, PARTITION_LEADER_EPOCH_OFFSET, info.partition_leader_epoch)
     if info.timestamp_type:
-        (attributes,) = struct.unpack_from(">h", out, _ATTRIBUTES)
-        struct.pack_into(">h", out, _ATTRIBUTES, attributes | _TIMESTAMP_TYPE_BIT)
-        struct.pack_into(">I", out, _CRC, calc_crc32c(out[_ATTRIBUTES:]))
+        attributes = read_field(out, ATTRIBUTES_OFFSET)
+        write_field(out, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+        write_crc(out)
     return bytes(out)
 
 

@@ -1,8 +1,9 @@
 """Typed registrations that plugins return from the registration hooks.
 
 Every registration has a ``name`` (the ``type`` a config file uses), a pydantic ``config_model``
-that validates its config block, and a factory. Names are unique per kind across all installed
-plugins; a clash is an error naming both plugins (see :mod:`bergstream.core.plugins`).
+that validates its config block and, except for a config section, a factory. Names are unique per
+kind across all installed plugins; a clash is an error naming both plugins (see
+:mod:`bergstream.core.plugins`).
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class FilterRegistration(Registration):
 
 @dataclass(frozen=True, kw_only=True)
 class CacheBackendRegistration(Registration):
-    """A cache backend for synthesized files, used as ``caches[].type``."""
+    """A cache backend for synthesized files, chosen by a ``CacheBackendChoice`` (ISK's
+    ``cache``)."""
 
     factory: Callable[[Any, ServiceContext], CacheBackend]
     kind: ClassVar[str] = "cache backend"
@@ -58,7 +60,8 @@ class CacheBackendRegistration(Registration):
 
 @dataclass(frozen=True, kw_only=True)
 class IndexBackendRegistration(Registration):
-    """An index backend (chunk -> offsets, counts, bounds), used as ``indexes[].type``."""
+    """An index backend (chunk -> offsets, counts, bounds), chosen by an ``IndexBackendChoice``
+    (ISK's ``index``)."""
 
     factory: Callable[[Any, ServiceContext], IndexBackend]
     kind: ClassVar[str] = "index backend"
@@ -86,3 +89,12 @@ class ServiceRegistration(Registration):
 
     factory: Callable[[Any, ServiceContext], Service]
     kind: ClassVar[str] = "service"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigSectionRegistration(Registration):
+    """The settings of a config section that core leaves to a plugin, named by its dotted path
+    (``lake.pipeline``): the config loader validates the section with ``config_model`` and keeps
+    the result in ``BergstreamConfig.sections[name]``."""
+
+    kind: ClassVar[str] = "config section"

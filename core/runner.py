@@ -4,28 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from bergstream.core.backends import ServiceContext
+from bergstream.core.choices import choice_settings
 from bergstream.core.config import BergstreamConfig
+from bergstream.core.home import bergstream_home
 from bergstream.core.plugins import PluginRegistry
 from bergstream.core.service import Service
 
 log = logging.getLogger("bergstream.runner")
 
 
-def bergstream_home() -> Path:
-    """``$BERGSTREAM_HOME`` or ``./.bergstream``, as an absolute path."""
-    return Path(os.environ.get("BERGSTREAM_HOME", ".bergstream")).resolve()
-
-
 def build_services(config: BergstreamConfig, registry: PluginRegistry) -> list[Service]:
     """The metrics endpoint (when ``metrics:`` enables it, first, so it stops last), then one
-    service per virtual cluster (its proxy) and per ``services:`` entry, in config order."""
+    service per virtual cluster (its proxy) and per ``services:`` entry, in config order.
+
+    Builds without starting (nothing listens, nothing connects): what ``bergstream run`` does
+    with a loaded config before it starts anything, so a file it refuses fails here."""
     from bergstream.core.proxy.server import ProxyServer, build_filter_factories
 
     services: list[Service] = []
@@ -39,7 +37,7 @@ def build_services(config: BergstreamConfig, registry: PluginRegistry) -> list[S
     context = ServiceContext(config=config, plugins=registry, home=bergstream_home())
     for instance in config.services:
         registration = registry.get("service", instance.type)
-        services.append(registration.factory(instance.settings, context))
+        services.append(registration.factory(choice_settings(instance, registry), context))
     return services
 
 

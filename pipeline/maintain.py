@@ -13,8 +13,8 @@ import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bergstream.core.lake import ResolvedLake
 from bergstream.core.row_contract import Boundary
+from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.tables import LakeTable, open_table
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def _remove_orphans(spark: SparkSession, table: LakeTable, older_than: dt.dateti
 
 def maintain_table(
     spark: SparkSession,
-    lake: ResolvedLake,
+    lake: PipelineLake,
     topic: str,
     *,
     report: Report = print,
@@ -83,7 +83,7 @@ def maintain_table(
 ) -> dict[str, Any]:
     """Compact small files, expire old snapshots and remove orphan files of the topic's table;
     return what each step did. ``orphan_min_age_hours`` overrides the configured minimum age."""
-    settings = lake.config.maintenance
+    settings = lake.maintenance
     table = open_table(spark, lake, topic, create=False)
     name = _sql_string(table.name)
     system = f"{lake.catalog_name}.system"

@@ -1,6 +1,7 @@
-"""The pipeline's commands, added to ``bergstream`` through the ``register_commands`` hook:
-``pipeline run``, ``pipeline maintain`` and ``table describe``. Spark is imported only when a
-command runs, so ``bergstream --help`` stays fast."""
+"""The pipeline's plugin: its commands, added to ``bergstream`` through the ``register_commands``
+hook (``pipeline run``, ``pipeline maintain`` and ``table describe``), and its config sections
+``lake.pipeline`` and ``lake.maintenance`` (``register_config_sections``). Spark is imported only
+when a command runs, so ``bergstream --help`` stays fast."""
 
 from __future__ import annotations
 
@@ -13,12 +14,21 @@ import click
 
 from bergstream.core.config import ConfigError, load_config
 from bergstream.core.hookspecs import hookimpl
-from bergstream.core.lake import LakeConfigError, ResolvedLake, resolve_lake
+from bergstream.core.plugins import PluginError, load_registry
+from bergstream.core.registrations import ConfigSectionRegistration
+from bergstream.pipeline.settings import (
+    MAINTENANCE_SECTION,
+    PIPELINE_SECTION,
+    LakeMaintenanceConfig,
+    LakePipelineConfig,
+    PipelineLake,
+    pipeline_lake,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["register_commands"]
+__all__ = ["register_commands", "register_config_sections"]
 
 _CONFIG_OPTION = click.option(
     "-c",
@@ -31,33 +41,49 @@ _CONFIG_OPTION = click.option(
 _TOPIC_OPTION = click.option("--topic", required=True, help="Kafka topic (its table is named so).")
 
 
-def _lake(config_file: Path) -> ResolvedLake:
+def _lake(config_file: Path) -> PipelineLake:
+    """The lake of ``config_file``, loaded as ``bergstream config check`` and ``bergstream run``
+    load it (every plugin installed), so the three accept the same files."""
     try:
-        config = load_config(config_file)
-    except ConfigError as error:
+        config = load_config(config_file, registry=load_registry())
+    except (ConfigError, PluginError) as error:
         raise click.ClickException(str(error)) from None
     if config.lake is None:
         raise click.ClickException(
             f"{config_file}: there is no lake: section; add one (see examples/lake.yaml and "
             "docs/configuration.md)"
         )
-    try:
-        return resolve_lake(config.lake)
-    except LakeConfigError as error:
-        raise click.ClickException(f"{config_file}: {error}") from None
+    return pipeline_lake(config)
 
 
-def _spark(lake: ResolvedLake) -> SparkSession:
+def _spark(lake: PipelineLake) -> SparkSession:
     from bergstream.pipeline.session import attach_catalog, build_session
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    spark = build_session(lake.config.pipeline.spark_conf)
+    spark = build_session(lake.pipeline.spark_conf)
     attach_catalog(spark, lake)
     return spark
 
 
 def _echo(line: str) -> None:
     click.echo(line, err=True)
+
+
+@hookimpl
+def register_config_sections() -> list[ConfigSectionRegistration]:
+    """Define ``lake.pipeline`` and ``lake.maintenance``, the settings only the pipeline reads."""
+    return [
+        ConfigSectionRegistration(
+            name=PIPELINE_SECTION,
+            config_model=LakePipelineConfig,
+            description="how `bergstream pipeline run` reads Kafka",
+        ),
+        ConfigSectionRegistration(
+            name=MAINTENANCE_SECTION,
+            config_model=LakeMaintenanceConfig,
+            description="what `bergstream pipeline maintain` does",
+        ),
+    ]
 
 
 @hookimpl

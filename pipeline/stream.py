@@ -25,7 +25,6 @@ from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bergstream.core.lake import ResolvedLake
 from bergstream.core.row_contract import (
     BOUNDARY_PROPERTY,
     Boundary,
@@ -35,6 +34,7 @@ from bergstream.core.row_contract import (
 from bergstream.pipeline.checkpoint import batch_end_offsets, checkpoint_path, topic_lock
 from bergstream.pipeline.kafka import TopicOffsets, topic_offsets
 from bergstream.pipeline.session import PipelineSetupError
+from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.tables import LakeTable, open_table
 
 if TYPE_CHECKING:
@@ -102,11 +102,11 @@ def _keep_condition(boundary: Boundary) -> Column:
 
 
 def _source(
-    spark: SparkSession, lake: ResolvedLake, topic: str, start: dict[str, dict[str, int]]
+    spark: SparkSession, lake: PipelineLake, topic: str, start: dict[str, dict[str, int]]
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
-    settings = lake.config.pipeline
+    settings = lake.pipeline
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", lake.config.kafka_bootstrap)
@@ -220,7 +220,7 @@ def _await(query: Any, once: bool, stop: threading.Event) -> None:
 
 def run_pipeline(
     spark: SparkSession,
-    lake: ResolvedLake,
+    lake: PipelineLake,
     topic: str,
     *,
     once: bool,
@@ -231,7 +231,7 @@ def run_pipeline(
     is set (continuous, one micro-batch per ``lake.pipeline.trigger_interval_seconds``)."""
     began = time.monotonic()
     table = open_table(spark, lake, topic, create=True)
-    settings = lake.config.pipeline
+    settings = lake.pipeline
     with topic_lock(lake.checkpoint_dir, lake.namespace, topic):
         boundary = table.boundary()
         offsets = topic_offsets(spark, lake.config.kafka_bootstrap, settings.kafka_options, topic)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bergstream.core.stack.ports import free_port_block
+from bergstream.devstack.stack.ports import free_port_block
 from tests.support import ProxyProcess, start_bergstream_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 def stack_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The real local stack (Kafka KRaft, S3, Redis), started once per session by the same code
     as ``bergstream stack up`` and stopped by PID at the end."""
-    from bergstream.core.stack import stack_down, stack_up
+    from bergstream.devstack.stack import stack_down, stack_up
 
     home = tmp_path_factory.mktemp("bergstream-home")
     try:

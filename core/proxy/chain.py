@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from kio.static.protocol import RequestHeader, RequestPayload, ResponsePayload
 
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy.api import (
     CloseConnection,
     Drop,
@@ -26,7 +27,7 @@ from bergstream.core.proxy.api import (
 from bergstream.core.proxy.errors import ErrorResponseNotSupported, build_error_response
 from bergstream.core.proxy.frames import Buffer, ChunkedBuffer
 from bergstream.core.proxy.internal_filters import InternalFilter, ProxyConfigError
-from bergstream.core.proxy.versions import API_VERSIONS_KEY, api_name, is_supported
+from bergstream.core.proxy.versions import api_name, is_supported
 
 
 class CloseRequested(Exception):
@@ -58,8 +59,8 @@ def check_payload(filter_name: str, kind: str, header: RequestHeader, payload: A
     """A filter's payload must be a kio ``kind`` ("request"/"response") of the header's API."""
     expected = (header.request_api_key, header.request_api_version)
     found = (getattr(payload, "__api_key__", None), getattr(payload, "__version__", None))
-    if expected[0] == API_VERSIONS_KEY and not is_supported(*expected):
-        expected = (API_VERSIONS_KEY, 0)  # brokers answer unknown ApiVersions versions in v0
+    if expected[0] == ApiKey.API_VERSIONS and not is_supported(*expected):
+        expected = (ApiKey.API_VERSIONS, 0)  # brokers answer unknown ApiVersions versions in v0
     entity_type = getattr(payload, "__type__", None)
     if found != expected or getattr(entity_type, "name", None) != kind:
         raise CloseRequested(

@@ -24,8 +24,9 @@ from kio.serial._introspect import EntityField, classify_field, is_optional
 from kio.static.primitive import i32Timedelta, i64Timedelta
 from kio.static.protocol import RequestHeader, RequestPayload, ResponsePayload
 
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy.frames import REQUEST_PEEK_SIZE, Buffer
-from bergstream.core.proxy.versions import API_VERSIONS_KEY, api_name, is_supported
+from bergstream.core.proxy.versions import api_name, is_supported
 
 _I32 = struct.Struct(">i")
 _REQUEST_PEEK = struct.Struct(">hh")
@@ -120,7 +121,7 @@ def decode_response(api_key: int, api_version: int, message: Buffer) -> tuple[in
     An ApiVersions request in a version kio does not know is answered by brokers in v0
     (KIP-511), so such responses are decoded as v0.
     """
-    if api_key == API_VERSIONS_KEY and not is_supported(api_key, api_version):
+    if api_key == ApiKey.API_VERSIONS and not is_supported(api_key, api_version):
         try:
             return decode_response(api_key, 0, message)
         except MalformedMessage as error:  # a broker that does speak that newer version

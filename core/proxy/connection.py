@@ -34,6 +34,7 @@ from kio.schema.request_header.v2 import RequestHeader as RequestHeaderV2
 from kio.static.protocol import RequestHeader, RequestPayload, ResponsePayload
 
 from bergstream.core.config import VirtualClusterConfig
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.api import (
     FilterFactory,
@@ -41,7 +42,6 @@ from bergstream.core.proxy.api import (
 )
 from bergstream.core.proxy.chain import CloseRequested, FilterChain, Outcome
 from bergstream.core.proxy.frames import (
-    PRODUCE_KEY,
     REQUEST_PEEK_SIZE,
     RESPONSE_PEEK_SIZE,
     Buffer,
@@ -64,7 +64,11 @@ from bergstream.core.proxy.internal_filters import (
 from bergstream.core.proxy.log import ProxyLogAdapter
 from bergstream.core.proxy.stats import ClusterStats, cluster_stats
 from bergstream.core.proxy.upstream import CLIENT_ID, TargetCluster, UpstreamError
-from bergstream.core.proxy.versions import API_VERSIONS_KEY, api_name
+from bergstream.core.proxy.versions import api_name
+
+# Read once: on Python 3.11 each ``ApiKey.PRODUCE`` costs an enum lookup (~65 ns), and the
+# pass-through path compares every request's key with it.
+_PRODUCE = ApiKey.PRODUCE
 
 #: Transport write-buffer limits: above HIGH the other side stops being read.
 WRITE_HIGH = 4 * 1024 * 1024
@@ -481,7 +485,7 @@ class ProxyConnection(asyncio.Protocol):
         try:
             return codec.decode_request_header(message)[0]
         except codec.UnsupportedMessage:
-            if api_key != API_VERSIONS_KEY:
+            if api_key != ApiKey.API_VERSIONS:
                 return None
             # A newer ApiVersions than kio knows: the broker answers in v0, which we can cap.
             peek = peek_request_header(message)
@@ -504,7 +508,7 @@ class ProxyConnection(asyncio.Protocol):
     ) -> None:
         """Send a request upstream as bytes, under a new correlation id."""
         upstream_id = self._new_correlation_id()
-        if api_key != PRODUCE_KEY or produce_acks(message, api_version) != 0:
+        if api_key != _PRODUCE or produce_acks(message, api_version) != 0:
             slot = _Slot(correlation_id, api_key)
             self._slots.append(slot)
             filters = self._chain.response_filters(api_key, api_version)
@@ -542,7 +546,7 @@ class ProxyConnection(asyncio.Protocol):
 
     async def _complete_client_request(self, header: RequestHeader, outcome: Outcome) -> None:
         api_key = header.request_api_key
-        expects_response = api_key != PRODUCE_KEY or outcome.request.acks != 0
+        expects_response = api_key != ApiKey.PRODUCE or outcome.request.acks != 0
         if outcome.kind == "forward":
             upstream_id = self._new_correlation_id()
             sent = replace(header, correlation_id=upstream_id)
@@ -594,7 +598,7 @@ class ProxyConnection(asyncio.Protocol):
             if response is None:
                 raise RequestDropped(f"a filter dropped the {api_name(api_key)} response")
             return response
-        if api_key == PRODUCE_KEY and outcome.request.acks == 0:
+        if api_key == ApiKey.PRODUCE and outcome.request.acks == 0:
             raise ValueError("a Produce request with acks=0 gets no response: use acks=1 or -1")
         upstream_id = self._new_correlation_id()
         sent = replace(header, correlation_id=upstream_id)

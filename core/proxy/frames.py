@@ -13,6 +13,7 @@ from bisect import bisect_right
 from collections import deque
 from typing import NamedTuple
 
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy.versions import is_flexible
 
 LENGTH_SIZE = 4
@@ -20,8 +21,6 @@ LENGTH_SIZE = 4
 REQUEST_PEEK_SIZE = 8
 #: Smallest valid response message: the correlation id.
 RESPONSE_PEEK_SIZE = 4
-
-PRODUCE_KEY = 0
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -286,7 +285,7 @@ def produce_acks(message: Buffer, api_version: int) -> int:
     v3+ puts ``transactional_id`` before ``acks``; flexible versions (v9+) use a compact string
     for it and a v2 request header with tagged fields.
     """
-    pos = request_body_offset(message, PRODUCE_KEY, api_version)
+    pos = request_body_offset(message, ApiKey.PRODUCE, api_version)
     try:
         if api_version >= 3:
             if api_version >= 9:

@@ -18,13 +18,11 @@ from typing import Any, ClassVar
 from kio.static.protocol import RequestHeader, ResponsePayload
 
 from bergstream.core.config import GatewayConfig
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy.api import FilterContext, Forward, ProxyFilter, ResponseAction
 from bergstream.core.proxy.frames import Buffer, ChunkedBuffer
 from bergstream.core.proxy.scan import fetch_response_has_tags, produce_response_has_tags
-from bergstream.core.proxy.versions import API_VERSIONS_KEY, KIO_VERSIONS
-
-PRODUCE, FETCH, METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 0, 1, 3, 10, 60
-SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
+from bergstream.core.proxy.versions import KIO_VERSIONS
 
 
 class InternalFilter(ProxyFilter):
@@ -63,7 +61,7 @@ def cap_api_versions(response: Any) -> Any:
 class ApiVersionsCap(InternalFilter):
     """Caps ApiVersions responses to what the proxy's codec supports."""
 
-    response_api_keys: ClassVar[frozenset[int]] = frozenset({API_VERSIONS_KEY})
+    response_api_keys: ClassVar[frozenset[int]] = frozenset({ApiKey.API_VERSIONS})
 
     async def on_response(
         self, header: RequestHeader, response: ResponsePayload, context: FilterContext
@@ -81,13 +79,13 @@ class BrokerAddressRewrite(InternalFilter):
 
     response_api_keys: ClassVar[frozenset[int]] = frozenset(
         {
-            PRODUCE,
-            FETCH,
-            METADATA,
-            FIND_COORDINATOR,
-            DESCRIBE_CLUSTER,
-            SHARE_FETCH,
-            SHARE_ACKNOWLEDGE,
+            ApiKey.PRODUCE,
+            ApiKey.FETCH,
+            ApiKey.METADATA,
+            ApiKey.FIND_COORDINATOR,
+            ApiKey.DESCRIBE_CLUSTER,
+            ApiKey.SHARE_FETCH,
+            ApiKey.SHARE_ACKNOWLEDGE,
         }
     )
 
@@ -104,17 +102,17 @@ class BrokerAddressRewrite(InternalFilter):
 
     def wants_response(self, api_key: int, api_version: int) -> bool:
         """Produce responses from v10 and Fetch responses from v16 carry node endpoints."""
-        if api_key == PRODUCE:
+        if api_key == ApiKey.PRODUCE:
             return api_version >= 10
-        if api_key == FETCH:
+        if api_key == ApiKey.FETCH:
             return api_version >= 16
         return api_key in self.response_api_keys
 
     def needs_decode(self, api_key: int, api_version: int, message: Buffer | ChunkedBuffer) -> bool:
         """Produce and Fetch responses need decoding only when they carry node endpoints."""
-        if api_key == FETCH:
+        if api_key == ApiKey.FETCH:
             return fetch_response_has_tags(message)
-        if api_key == PRODUCE:
+        if api_key == ApiKey.PRODUCE:
             return produce_response_has_tags(message, api_version)
         return True
 
@@ -145,11 +143,11 @@ class BrokerAddressRewrite(InternalFilter):
 
     def rewrite(self, api_key: int, response: Any) -> Any:
         """Return ``response`` with every broker address replaced by a proxy address."""
-        if api_key == METADATA:
+        if api_key == ApiKey.METADATA:
             if self.on_brokers is not None:
                 self.on_brokers({b.node_id: (b.host, b.port) for b in response.brokers})
             return replace(response, brokers=self._rewrite(response.brokers))
-        if api_key == FIND_COORDINATOR:
+        if api_key == ApiKey.FIND_COORDINATOR:
             if hasattr(response, "coordinators"):
                 coordinators = tuple(
                     c
@@ -161,7 +159,7 @@ class BrokerAddressRewrite(InternalFilter):
             if response.node_id < 0:
                 return response
             return replace(response, host=self.host, port=self.port_for(response.node_id))
-        if api_key == DESCRIBE_CLUSTER:
+        if api_key == ApiKey.DESCRIBE_CLUSTER:
             return replace(response, brokers=self._rewrite(response.brokers, "broker_id"))
         if getattr(response, "node_endpoints", None):
             return replace(response, node_endpoints=self._rewrite(response.node_endpoints))

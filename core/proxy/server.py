@@ -8,6 +8,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from bergstream.core.choices import choice_settings
 from bergstream.core.config import BergstreamConfig, VirtualClusterConfig
 from bergstream.core.plugins import PluginRegistry
 from bergstream.core.proxy.api import FilterFactory, FilterFactoryContext
@@ -27,18 +28,15 @@ def build_filter_factories(
 ) -> list[FilterFactory[Any]]:
     """Create the filter factories of ``cluster``'s chain, in config order.
 
-    Each ``filters[]`` entry names a registered filter plugin; its ``settings`` (validated by
-    the config loader) or, if the config was loaded without a registry, its ``config`` block
-    validated here, go to the factory with a :class:`FilterFactoryContext`.
+    Each ``filters[]`` entry names a registered filter plugin; its settings (validated by the
+    config loader, or here if the config was loaded without a registry) go to the factory with a
+    :class:`FilterFactoryContext`.
     """
     context = FilterFactoryContext(virtual_cluster=cluster.name, config=config, plugins=registry)
     factories: list[FilterFactory[Any]] = []
     for instance in cluster.filters:
         registration = registry.get("filter", instance.type)
-        settings = instance.settings
-        if settings is None:
-            settings = registration.config_model.model_validate(instance.config)
-        factories.append(registration.factory(settings, context))
+        factories.append(registration.factory(choice_settings(instance, registry), context))
     return factories
 
 

@@ -17,13 +17,12 @@ from typing import Any, TypeVar
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from bergstream.core.config import TargetClusterConfig
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.log import ProxyLogAdapter
 from bergstream.core.proxy.tls import client_ssl_context
 from bergstream.core.proxy.versions import KIO_VERSIONS
 
-METADATA_KEY = 3
-API_VERSIONS_KEY = 18
 CLIENT_ID = "bergstream-proxy"
 
 P = TypeVar("P", bound=asyncio.BaseProtocol)
@@ -141,17 +140,17 @@ class TargetCluster:
         )
         try:
             versions = await _call(
-                reader, writer, 1, codec.build(codec.request_schema(API_VERSIONS_KEY, 0))
+                reader, writer, 1, codec.build(codec.request_schema(ApiKey.API_VERSIONS, 0))
             )
             broker = {entry.api_key: entry for entry in versions.api_keys}  # type: ignore[attr-defined]
-            if METADATA_KEY not in broker:
+            if ApiKey.METADATA not in broker:
                 raise UpstreamError("the broker does not list the Metadata API")
-            low = max(broker[METADATA_KEY].min_version, KIO_VERSIONS[METADATA_KEY][0], 1)
-            high = min(broker[METADATA_KEY].max_version, KIO_VERSIONS[METADATA_KEY][1])
+            low = max(broker[ApiKey.METADATA].min_version, KIO_VERSIONS[ApiKey.METADATA][0], 1)
+            high = min(broker[ApiKey.METADATA].max_version, KIO_VERSIONS[ApiKey.METADATA][1])
             if low > high:
                 raise UpstreamError("no Metadata version in common with the broker")
             metadata = await _call(
-                reader, writer, 2, codec.build(codec.request_schema(METADATA_KEY, high))
+                reader, writer, 2, codec.build(codec.request_schema(ApiKey.METADATA, high))
             )
             return {
                 b.node_id: (b.host, b.port)

@@ -13,7 +13,7 @@ from typing import Final
 from kio.index import load_request_schema
 from kio.schema.index import api_key_map, schema_name_map
 
-API_VERSIONS_KEY: Final = 18
+from bergstream.core.kafka_wire.api_keys import ApiKey
 
 #: api key -> (lowest, highest) version kio can decode and encode.
 KIO_VERSIONS: Final[MappingProxyType[int, tuple[int, int]]] = MappingProxyType(
@@ -63,7 +63,7 @@ def request_header_version(api_key: int, api_version: int) -> int | None:
 
 def response_header_version(api_key: int, api_version: int) -> int | None:
     """Response header version (0 or 1); ApiVersions responses always use v0 (KIP-511)."""
-    if api_key == API_VERSIONS_KEY:
+    if api_key == ApiKey.API_VERSIONS:
         return 0
     flexible = is_flexible(api_key, api_version)
     if flexible is None:

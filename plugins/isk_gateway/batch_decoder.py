@@ -11,15 +11,32 @@ A batch whose CRC does not match, or that is not magic v2, raises :class:`Synthe
 from __future__ import annotations
 
 import heapq
-import struct
 from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
-from crc32c import crc32c
 
+from bergstream.core.kafka_wire.crc import crc32c
+from bergstream.core.kafka_wire.record_batch import (
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    CRC_START,
+    HEADER_SIZE,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    RECORDS_COUNT_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    CompressionType,
+    ControlRecordType,
+    control_record_type,
+    write_crc,
+    write_field,
+)
 from bergstream.core.row_contract import LOG_APPEND_TIME, ROW_ARROW_SCHEMA
 from bergstream.plugins.isk_gateway.batch_kernels import (
     ATTRIBUTES,
@@ -37,29 +54,26 @@ from bergstream.plugins.isk_gateway.batch_kernels import (
     decode_records,
     scan_batches,
 )
+from bergstream.plugins.isk_gateway.buffers import pooled_array
 
 __all__ = [
     "AbortedTransaction",
     "SynthesisError",
     "batch_bounds",
     "decode_batches",
-    "pooled_array",
     "warm_up",
 ]
 
 #: (producer_id, first_offset), as a Fetch response's ``aborted_transactions`` lists them.
 AbortedTransaction = tuple[int, int]
 
-_HEADER_SIZE = 61
-_CRC_START = 21  # the CRC covers the batch from its attributes on
-_CODEC_MASK = 0x07
-_TIMESTAMP_TYPE_BIT = 0x08
-_TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
-_ABORT = 0
 _NO_END = np.iinfo(np.int64).max
-_DECOMPRESS = {1: gzip_decode, 2: snappy_decode, 3: lz4_decode, 4: zstd_decode}
-_CODEC_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+_DECOMPRESS = {
+    CompressionType.GZIP: gzip_decode,
+    CompressionType.SNAPPY: snappy_decode,
+    CompressionType.LZ4: lz4_decode,
+    CompressionType.ZSTD: zstd_decode,
+}
 _HEADERS_TYPE: pa.DataType = ROW_ARROW_SCHEMA.field("kafka_headers").type
 _HEADER_STRUCT: pa.StructType = _HEADERS_TYPE.value_type
 _TIMESTAMP_TYPE: pa.DataType = ROW_ARROW_SCHEMA.field("kafka_timestamp").type
@@ -69,14 +83,6 @@ class SynthesisError(ValueError):
     """Record bytes or a request that cannot be synthesized into a data file."""
 
 
-def pooled_array(count: int, dtype: type[np.generic] = np.uint8) -> np.ndarray:
-    """An uninitialised array of ``count`` items in Arrow's memory pool (mimalloc or jemalloc).
-    Freed pool memory is reused, already mapped; a fresh numpy array of 100 MB costs page
-    faults on first write, more CPU than the decoding that fills it."""
-    item = np.dtype(dtype).itemsize
-    return np.frombuffer(pa.allocate_buffer(max(count, 1) * item), dtype=dtype)[:count]
-
-
 def _as_array(records: bytes | bytearray | memoryview) -> np.ndarray:
     return np.frombuffer(records, dtype=np.uint8)
 
@@ -84,12 +90,12 @@ def _as_array(records: bytes | bytearray | memoryview) -> np.ndarray:
 def _scan(buf: np.ndarray) -> np.ndarray:
     batches = scan_batches(buf)
     if batches.shape[0]:
-        if batches[-1, MAGIC] != 2:
+        if batches[-1, MAGIC] != MAGIC_V2:
             raise SynthesisError("not a v2 record batch (magic 2 needed, Kafka >= 0.11 clients)")
         view = memoryview(buf)
         computed = np.fromiter(
             (
-                crc32c(view[position + _CRC_START : end])
+                crc32c(view[position + CRC_START : end])
                 for position, end in zip(
                     batches[:, POSITION].tolist(), batches[:, END].tolist(), strict=True
                 )
@@ -111,7 +117,7 @@ def batch_bounds(
     """Base offsets, next offsets (last offset + 1) and end positions (bytes) of the complete
     v2 batches at the start of ``records``, without decoding their records or checking CRCs."""
     batches = scan_batches(_as_array(records))
-    if batches.shape[0] and batches[-1, MAGIC] != 2:
+    if batches.shape[0] and batches[-1, MAGIC] != MAGIC_V2:
         batches = batches[:-1]
     base = batches[:, BASE_OFFSET]
     return base, base + batches[:, LAST_OFFSET_DELTA] + 1, batches[:, END]
@@ -119,16 +125,13 @@ def batch_bounds(
 
 def _is_abort_marker(buf: np.ndarray, batch: np.ndarray) -> bool:
     """Whether a control batch is an ABORT marker (its first record's key type is 0)."""
-    data = bytes(buf[batch[POSITION] + _HEADER_SIZE : batch[END]])
-    if batch[ATTRIBUTES] & _CODEC_MASK:
-        data = _decompressed(data, int(batch[ATTRIBUTES]) & _CODEC_MASK, int(batch[BASE_OFFSET]))
+    data = bytes(buf[batch[POSITION] + HEADER_SIZE : batch[END]])
+    codec = int(batch[ATTRIBUTES]) & COMPRESSION_CODEC_MASK
+    if codec:
+        data = _decompressed(data, codec, int(batch[BASE_OFFSET]))
     segments = np.array([[0, 0, len(data), 1, 0, 0, 0, 0, 0]], dtype=np.int64)
     key = _decode(_as_array(data), _as_array(b""), segments, 0, _NO_END).column("kafka_key")
-    raw = key[0].as_py() if len(key) else None
-    if raw is None or len(raw) < 4:
-        return False
-    _version, kind = struct.unpack_from(">hh", raw)
-    return kind == _ABORT
+    return control_record_type(key[0].as_py() if len(key) else None) == ControlRecordType.ABORT
 
 
 def _kept_batches(
@@ -141,7 +144,7 @@ def _kept_batches(
     """The data batches a read_committed consumer returns that overlap the range."""
     attributes = batches[:, ATTRIBUTES]
     last_offsets = batches[:, BASE_OFFSET] + batches[:, LAST_OFFSET_DELTA]
-    control = (attributes & _CONTROL_BIT) != 0
+    control = (attributes & CONTROL_FLAG_MASK) != 0
     keep = ~control & (last_offsets >= start_offset) & (batches[:, BASE_OFFSET] < end_offset)
     aborted = sorted((first, producer) for producer, first in aborted_transactions or ())
     if not aborted:
@@ -158,7 +161,7 @@ def _kept_batches(
         if control[index]:
             if _is_abort_marker(buf, batches[index]):
                 aborted_producers.discard(producer)
-        elif attributes[index] & _TRANSACTIONAL_BIT and producer in aborted_producers:
+        elif attributes[index] & TRANSACTIONAL_FLAG_MASK and producer in aborted_producers:
             keep[index] = False
     return batches[keep]
 
@@ -172,7 +175,7 @@ def _decompressed(data: bytes, codec: int, base_offset: int) -> bytes:
     except Exception as error:  # each codec library raises its own errors
         raise SynthesisError(
             f"record batch at offset {base_offset} does not decompress "
-            f"({_CODEC_NAMES[codec]}): {error}"
+            f"({CompressionType(codec).name.lower()}): {error}"
         ) from error
 
 
@@ -181,9 +184,9 @@ def _segments(buf: np.ndarray, batches: np.ndarray) -> tuple[np.ndarray, np.ndar
     count = batches.shape[0]
     segments = np.empty((count, 9), dtype=np.int64)
     attributes = batches[:, ATTRIBUTES]
-    log_append = (attributes & _TIMESTAMP_TYPE_BIT) != 0
+    log_append = (attributes & TIMESTAMP_TYPE_MASK) != 0
     segments[:, 0] = 0
-    segments[:, 1] = batches[:, POSITION] + _HEADER_SIZE
+    segments[:, 1] = batches[:, POSITION] + HEADER_SIZE
     segments[:, 2] = batches[:, END]
     segments[:, 3] = batches[:, RECORD_COUNT]
     segments[:, 4] = batches[:, BASE_OFFSET]
@@ -191,7 +194,7 @@ def _segments(buf: np.ndarray, batches: np.ndarray) -> tuple[np.ndarray, np.ndar
     segments[:, 6] = batches[:, MAX_TIMESTAMP]
     segments[:, 7] = log_append
     segments[:, 8] = np.where(log_append, LOG_APPEND_TIME, 0)
-    compressed = np.flatnonzero(attributes & _CODEC_MASK)
+    compressed = np.flatnonzero(attributes & COMPRESSION_CODEC_MASK)
     if not compressed.size:
         return segments, _as_array(b"")
     bodies: list[bytes] = []
@@ -199,8 +202,8 @@ def _segments(buf: np.ndarray, batches: np.ndarray) -> tuple[np.ndarray, np.ndar
     for index in compressed:
         batch = batches[index]
         body = _decompressed(
-            buf[batch[POSITION] + _HEADER_SIZE : batch[END]].tobytes(),
-            int(batch[ATTRIBUTES]) & _CODEC_MASK,
+            buf[batch[POSITION] + HEADER_SIZE : batch[END]].tobytes(),
+            int(batch[ATTRIBUTES]) & COMPRESSION_CODEC_MASK,
             int(batch[BASE_OFFSET]),
         )
         bodies.append(body)
@@ -321,13 +324,13 @@ def decode_batches(
 def warm_up() -> None:
     """Compile the kernels (or load them from numba's on-disk cache) now, so the first query
     does not wait for it: a few seconds on a fresh install, a fraction of one after."""
-    # One batch of one record: 61-byte header, then the record (length 6, attributes,
-    # timestamp delta, offset delta, null key, empty value, no headers).
+    # One batch of one record: a header of zeros but for length, magic and count, then the
+    # record (length 6, attributes, timestamp delta, offset delta, null key, empty value, no
+    # headers).
     record = bytes([12, 0, 0, 0, 1, 0, 0])
-    header = bytearray(_HEADER_SIZE)
-    header[8:12] = (_HEADER_SIZE - 12 + len(record)).to_bytes(4, "big")
-    header[16] = 2
-    header[57:61] = (1).to_bytes(4, "big")
-    blob = bytearray(header + record)
-    blob[17:21] = crc32c(bytes(blob[_CRC_START:])).to_bytes(4, "big")
+    blob = bytearray(HEADER_SIZE) + record
+    write_field(blob, LENGTH_OFFSET, len(blob) - LOG_OVERHEAD)
+    write_field(blob, MAGIC_OFFSET, MAGIC_V2)
+    write_field(blob, RECORDS_COUNT_OFFSET, 1)
+    write_crc(blob)
     decode_batches(bytes(blob), 0)

@@ -20,6 +20,35 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+# Module-level ints: numba freezes them into the compiled code. Its on-disk cache is keyed on
+# this file only, which is fine as Kafka never changes the v2 layout.
+from bergstream.core.kafka_wire.record_batch import (
+    ATTRIBUTES_LENGTH,
+    ATTRIBUTES_OFFSET,
+    BASE_OFFSET_LENGTH,
+    BASE_OFFSET_OFFSET,
+    BASE_TIMESTAMP_LENGTH,
+    BASE_TIMESTAMP_OFFSET,
+    CRC_LENGTH,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA_LENGTH,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_LENGTH,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_LENGTH,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    MAX_TIMESTAMP_LENGTH,
+    MAX_TIMESTAMP_OFFSET,
+    MIN_LENGTH,
+    PRODUCER_ID_LENGTH,
+    PRODUCER_ID_OFFSET,
+    RECORDS_COUNT_LENGTH,
+    RECORDS_COUNT_OFFSET,
+)
+
 __all__ = [
     "BATCH_FIELDS",
     "ERRORS",
@@ -66,9 +95,6 @@ ERRORS = {
     -7: "a header key has a negative length",
 }
 
-_HEADER_SIZE = 61
-_MIN_LENGTH = _HEADER_SIZE - 12
-
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _int(buf: np.ndarray, pos: int, size: int) -> int:
@@ -87,13 +113,13 @@ def scan_batches(buf: np.ndarray) -> np.ndarray:
     """One row of :data:`BATCH_FIELDS` per complete batch of ``buf``, in order. A batch whose
     magic is not 2 ends the scan (its row has the magic; later fields are 0)."""
     size = buf.size
-    out = np.zeros((min(size // _HEADER_SIZE + 1, 4096), len(BATCH_FIELDS)), dtype=np.int64)
+    out = np.zeros((min(size // HEADER_SIZE + 1, 4096), len(BATCH_FIELDS)), dtype=np.int64)
     count = 0
     pos = 0
-    while pos + 17 <= size:
-        length = _int(buf, pos + 8, 4)
-        end = pos + 12 + length
-        if length < _MIN_LENGTH or end > size:
+    while pos + MAGIC_OFFSET + MAGIC_LENGTH <= size:
+        length = _int(buf, pos + LENGTH_OFFSET, LENGTH_LENGTH)
+        end = pos + LOG_OVERHEAD + length
+        if length < MIN_LENGTH or end > size:
             break
         if count == out.shape[0]:
             grown = np.zeros((2 * count, len(BATCH_FIELDS)), dtype=np.int64)
@@ -102,18 +128,18 @@ def scan_batches(buf: np.ndarray) -> np.ndarray:
         row = out[count]
         row[POSITION] = pos
         row[END] = end
-        row[MAGIC] = buf[pos + 16]
+        row[MAGIC] = buf[pos + MAGIC_OFFSET]
         count += 1
-        if buf[pos + 16] != 2:
+        if buf[pos + MAGIC_OFFSET] != MAGIC_V2:
             break
-        row[STORED_CRC] = _int(buf, pos + 17, 4) & 0xFFFFFFFF
-        row[BASE_OFFSET] = _int(buf, pos, 8)
-        row[ATTRIBUTES] = _int(buf, pos + 21, 2)
-        row[LAST_OFFSET_DELTA] = _int(buf, pos + 23, 4)
-        row[BASE_TIMESTAMP] = _int(buf, pos + 27, 8)
-        row[MAX_TIMESTAMP] = _int(buf, pos + 35, 8)
-        row[PRODUCER_ID] = _int(buf, pos + 43, 8)
-        row[RECORD_COUNT] = _int(buf, pos + 57, 4)
+        row[STORED_CRC] = _int(buf, pos + CRC_OFFSET, CRC_LENGTH) & 0xFFFFFFFF
+        row[BASE_OFFSET] = _int(buf, pos + BASE_OFFSET_OFFSET, BASE_OFFSET_LENGTH)
+        row[ATTRIBUTES] = _int(buf, pos + ATTRIBUTES_OFFSET, ATTRIBUTES_LENGTH)
+        row[LAST_OFFSET_DELTA] = _int(buf, pos + LAST_OFFSET_DELTA_OFFSET, LAST_OFFSET_DELTA_LENGTH)
+        row[BASE_TIMESTAMP] = _int(buf, pos + BASE_TIMESTAMP_OFFSET, BASE_TIMESTAMP_LENGTH)
+        row[MAX_TIMESTAMP] = _int(buf, pos + MAX_TIMESTAMP_OFFSET, MAX_TIMESTAMP_LENGTH)
+        row[PRODUCER_ID] = _int(buf, pos + PRODUCER_ID_OFFSET, PRODUCER_ID_LENGTH)
+        row[RECORD_COUNT] = _int(buf, pos + RECORDS_COUNT_OFFSET, RECORDS_COUNT_LENGTH)
         pos = end
     return out[:count]
 

@@ -5,8 +5,9 @@ The gateway never fails a request because of its cache: :class:`ResilientCache` 
 no-op. One outage is logged once, on the ``bergstream.isk.cache`` logger: a warning when the
 backend starts failing and an info line when it answers again. While it is down the backend is
 not called at all, except for one probe call at most every ``retry_seconds``, so a dead Redis or
-S3 server does not add a connection timeout to every request; the first call that succeeds
-puts the backend back in use.
+S3 server does not add a connection timeout to every request; the first probe that succeeds
+puts the backend back in use. A call that started before the backend went down (or came back)
+and ends after it does not change that state: its answer is older than the state.
 
 A ``ValueError`` from a backend (a key it refuses, an entry above its size limit, such as the
 ``redis`` backend's ``max_entry_bytes``) is not an outage: that entry is simply not cached. The
@@ -57,6 +58,9 @@ class ResilientCache:
         self._clock = clock
         self._lock = threading.Lock()
         self._down_since: float | None = None
+        # Bumped when the backend goes down and when it comes back: a call that ends in
+        # another state than the one it started in says nothing about the state now.
+        self._generation = 0
         self._next_try = 0.0
         self._skipped = 0
         self._refused_since_log = 0
@@ -73,28 +77,31 @@ class ResilientCache:
         with self._lock:
             return self._down_since is None
 
-    def _may_call(self) -> bool:
-        """Whether to call the backend now: always while it is up; while down, one caller per
-        ``retry_seconds`` gets to probe it."""
+    def _may_call(self) -> int | None:
+        """The generation a call of the backend starts in, or None not to call it now: always
+        called while it is up; while down, one caller per ``retry_seconds`` gets to probe it."""
         with self._lock:
             if self._down_since is None:
-                return True
+                return self._generation
             now = self._clock()
             if now >= self._next_try:
                 self._next_try = now + self.retry_seconds
-                return True
+                return self._generation
             self._skipped += 1
-            return False
+            return None
 
-    def _succeeded(self) -> None:
+    def _succeeded(self, generation: int) -> None:
+        """A call started in ``generation`` succeeded: the backend is back if the call was a
+        probe of the current outage (one started before the outage proves nothing now)."""
         if self._down_since is None:  # unlocked fast path; the locked check below decides
             return
         with self._lock:
-            if self._down_since is None:
+            if self._down_since is None or generation != self._generation:
                 return
             outage = self._clock() - self._down_since
             skipped, self._skipped = self._skipped, 0
             self._down_since = None
+            self._generation += 1
         log.info(
             "cache backend %r works again after %.1f s; using it again (%d calls skipped "
             "while it was down)",
@@ -103,14 +110,20 @@ class ResilientCache:
             skipped,
         )
 
-    def _failed(self, operation: str, key: str, error: Exception) -> None:
+    def _failed(self, operation: str, key: str, error: Exception, generation: int) -> None:
+        """A call started in ``generation`` failed: an outage starts unless the backend is
+        down already or came back after the call started (the failure is from before)."""
         with self._lock:
             self.failures += 1
             now = self._clock()
-            self._next_try = now + self.retry_seconds
             if self._down_since is not None:
+                self._next_try = now + self.retry_seconds
                 return
+            if generation != self._generation:
+                return
+            self._next_try = now + self.retry_seconds
             self._down_since = now
+            self._generation += 1
         log.warning(
             "cache backend %r failed (%s %r: %s: %s); serving without it (misses, files "
             "synthesized again) and retrying it every %.0f s",
@@ -148,18 +161,19 @@ class ResilientCache:
     def _call(self, operation: str, key: str, call: Callable[[], T]) -> tuple[bool, T | None]:
         """``(True, result)`` if the backend answered, ``(False, None)`` if it was skipped,
         failed or refused the key."""
-        if not self._may_call():
+        generation = self._may_call()
+        if generation is None:
             return False, None
         try:
             result = call()
         except ValueError as error:
-            self._succeeded()  # the backend answered; it refused this entry
+            self._succeeded(generation)  # the backend answered; it refused this entry
             self._refused_entry(operation, key, error)
             return False, None
         except Exception as error:
-            self._failed(operation, key, error)
+            self._failed(operation, key, error, generation)
             return False, None
-        self._succeeded()
+        self._succeeded(generation)
         return True, result
 
     def get(self, key: str) -> bytes | None:

@@ -2,9 +2,11 @@
 
 It wires the pieces together: a :class:`.tables.kafka_reader.KafkaReader`, an index backend and a
 cache backend chosen by ``{type, config}`` among the registered plugins (never imported from
-their plugins), the ``hotset`` provider and, when the config has a ``lake:`` section, the
-``coldset`` and ``merged`` providers, a router over them, the :class:`.http.server.IskHttpService`
-in front, and a background task keeping the chunk index of every topic up to date.
+their plugins; the config loader resolves and validates these choices like every choice of the
+file, so ``bergstream config check`` refuses what this service would), the ``hotset`` provider
+and, when the config has a ``lake:`` section, the ``coldset`` and ``merged`` providers, a router
+over them, the :class:`.http.server.IskHttpService` in front, and a background task keeping the
+chunk index of every topic up to date.
 """
 
 from __future__ import annotations
@@ -13,13 +15,19 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from bergstream.core.backends import CacheBackend, FileSynthesizer, IndexBackend, ServiceContext
+from bergstream.core.choices import (
+    CacheBackendChoice,
+    FileSynthesizerChoice,
+    IndexBackendChoice,
+    choice_settings,
+)
 from bergstream.core.lake import LakeConfigError, ResolvedLake, resolve_lake
-from bergstream.core.models import StrictModel
+from bergstream.core.models import Bootstrap, StrictModel
 from bergstream.plugins.isk_gateway.batch_decoder import warm_up
 from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpService
 from bergstream.plugins.isk_gateway.provider import TableProvider
@@ -33,35 +41,29 @@ from bergstream.plugins.isk_gateway.tables.merged import MergedProvider
 from bergstream.plugins.isk_gateway.tables.paths import COLDSET, HOTSET, MERGED
 from bergstream.plugins.isk_gateway.tables.router import NamespaceRouter
 
-__all__ = ["BackendChoice", "IskService", "IskServiceConfig", "create_isk_service"]
+__all__ = ["IskService", "IskServiceConfig", "create_isk_service"]
 
 log = logging.getLogger("bergstream.isk")
 
 _CLUSTER_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
-class BackendChoice(StrictModel):
-    """A registered backend chosen by name, with its own settings."""
-
-    type: str = Field(min_length=1, description="registered name of the backend")
-    config: dict[str, Any] = Field(default_factory=dict, description="the backend's settings")
-
-
 class IskServiceConfig(StrictModel):
     """Settings of the ``isk`` service (``services[].config`` with ``type: isk``)."""
 
     cluster: str = Field("local", min_length=1, description="cluster name used in file keys")
-    kafka_bootstrap: str = Field(min_length=1, description="host:port[,host:port...] of Kafka")
+    # The same check as the built-in hotset-parquet synthesizer's, which gets this value.
+    kafka_bootstrap: Bootstrap = Field(description="host:port[,host:port...] of Kafka")
     http: IskHttpConfig
-    index: BackendChoice = Field(
-        default_factory=lambda: BackendChoice(type="sqlite"), description="the chunk index"
+    index: IndexBackendChoice = Field(
+        default_factory=lambda: IndexBackendChoice(type="sqlite"), description="the chunk index"
     )
-    cache: BackendChoice = Field(
-        default_factory=lambda: BackendChoice(type="local"),
+    cache: CacheBackendChoice = Field(
+        default_factory=lambda: CacheBackendChoice(type="local"),
         description="the cache of synthesized files",
     )
     chunk_records: int = Field(100_000, gt=0, description="offsets per indexed chunk")
-    synthesizers: list[BackendChoice] = Field(
+    synthesizers: list[FileSynthesizerChoice] = Field(
         default_factory=list,
         description="registered file synthesizers asked, in order, before the built-in "
         "hotset-parquet to build a file missing from the cache",
@@ -91,9 +93,9 @@ class IskServiceConfig(StrictModel):
         return value
 
 
-def _built_in_synthesizer(config: IskServiceConfig) -> BackendChoice:
+def _built_in_synthesizer(config: IskServiceConfig) -> FileSynthesizerChoice:
     """The ``hotset-parquet`` choice with the service's own cluster, Kafka and time unit."""
-    return BackendChoice(
+    return FileSynthesizerChoice(
         type="hotset-parquet",
         config={
             "cluster": config.cluster,
@@ -104,17 +106,6 @@ def _built_in_synthesizer(config: IskServiceConfig) -> BackendChoice:
     )
 
 
-def _backend_settings(context: ServiceContext, kind: str, choice: BackendChoice) -> BaseModel:
-    registration = context.plugins.get(kind, choice.type)
-    try:
-        return registration.config_model.model_validate(choice.config)
-    except ValidationError as error:
-        section = {"file synthesizer": "synthesizers[]"}.get(kind, kind.split()[0])
-        raise ValueError(
-            f"isk: settings of the {kind} {choice.type!r} (config.{section}.config): {error}"
-        ) from error
-
-
 class IskService:
     """A :class:`~bergstream.core.service.Service` running one ISK gateway."""
 
@@ -123,16 +114,15 @@ class IskService:
     def __init__(self, config: IskServiceConfig, context: ServiceContext) -> None:
         self.config = config
         self.context = context
-        # Resolve and validate the backends now, so a bad choice fails before anything starts.
-        self._index_registration = context.plugins.get("index backend", config.index.type)
-        self._cache_registration = context.plugins.get("cache backend", config.cache.type)
-        self._index_settings = _backend_settings(context, "index backend", config.index)
-        self._cache_settings = _backend_settings(context, "cache backend", config.cache)
+        # The loader validated the configured choices; choice_settings validates the built-in
+        # one (and any choice of a config loaded without a registry) before anything starts.
+        plugins = context.plugins
+        self._index_registration = plugins.get("index backend", config.index.type)
+        self._cache_registration = plugins.get("cache backend", config.cache.type)
+        self._index_settings = choice_settings(config.index, plugins)
+        self._cache_settings = choice_settings(config.cache, plugins)
         self._synthesizer_choices = [
-            (
-                context.plugins.get("file synthesizer", choice.type),
-                _backend_settings(context, "file synthesizer", choice),
-            )
+            (plugins.get("file synthesizer", choice.type), choice_settings(choice, plugins))
             for choice in [*config.synthesizers, _built_in_synthesizer(config)]
         ]
         self.synthesizers: list[FileSynthesizer] = []

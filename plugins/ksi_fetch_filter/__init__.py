@@ -1,8 +1,10 @@
 """KSI, a Kafka API on Iceberg: a proxy filter that serves offsets Kafka no longer holds from the
 coldset (the Iceberg table the lake pipeline writes), with the original offsets, timestamps,
-keys, values and headers, then hands over to Kafka. See README.md ("KSI") and ARCHITECTURE.md.
+keys, values and headers, then hands over to Kafka. See README.md ("KSI") and
+docs/architecture.md.
 
-Modules, one job each: :mod:`.config` (settings), :mod:`.cache` (memory-bounded LRU),
+Modules, one job each: :mod:`.config` (settings), :mod:`.topics` (which topics are served:
+listed ones, or every topic with a table), :mod:`.cache` (memory-bounded LRU),
 :mod:`.segments` (decoded row groups), :mod:`.coldset` (pruned reads of the tables),
 :mod:`.store` (catalog, reader threads, caches, read-ahead),
 :mod:`.batches` (record batches within byte budgets), :mod:`.planner` (which partitions the

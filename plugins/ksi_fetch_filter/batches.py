@@ -3,21 +3,22 @@ fetch's byte budget."""
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from aiokafka.record.util import calc_crc32c
-
+from bergstream.core.kafka_wire.record_batch import (
+    BASE_OFFSET_OFFSET,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA_OFFSET,
+    read_field,
+    write_crc,
+    write_field,
+)
 from bergstream.core.records import BatchInfo, Record, build_batch
 from bergstream.core.row_contract import LOG_APPEND_TIME
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdRead
 
-_ATTRIBUTES = 21
-_LAST_OFFSET_DELTA = 23
-_CRC = 17
 _RECORD_OVERHEAD = 24  # varints and attributes of one record, roughly
-_BATCH_OVERHEAD = 61
 _CHUNK = 512
 
 
@@ -46,10 +47,9 @@ def _rows(read: ColdRead) -> Iterator[tuple[int, Record]]:
 def claim_gap(batch: bytes, last_offset: int) -> bytes:
     """``batch`` with its last offset delta moved up to ``last_offset`` (as a compacted batch
     claims the offsets of records removed after its last one), CRC updated."""
-    (base,) = struct.unpack_from(">q", batch, 0)
     out = bytearray(batch)
-    struct.pack_into(">i", out, _LAST_OFFSET_DELTA, last_offset - base)
-    struct.pack_into(">I", out, _CRC, calc_crc32c(bytes(out[_ATTRIBUTES:])))
+    write_field(out, LAST_OFFSET_DELTA_OFFSET, last_offset - read_field(out, BASE_OFFSET_OFFSET))
+    write_crc(out)
     return bytes(out)
 
 
@@ -69,7 +69,7 @@ def build_cold_batches(
     batch claims the offsets up to the boundary."""
     out = bytearray()
     pending: list[tuple[int, Record]] = []
-    pending_size = _BATCH_OVERHEAD
+    pending_size = HEADER_SIZE
     count = 0
     next_offset = read.segment.offsets[read.start]
     done = False
@@ -94,7 +94,7 @@ def build_cold_batches(
         count += len(pending)
         next_offset = last + 1
         pending = []
-        pending_size = _BATCH_OVERHEAD
+        pending_size = HEADER_SIZE
         return True
 
     for row in _rows(read):
@@ -107,7 +107,7 @@ def build_cold_batches(
             if len(out) >= budget:
                 done = True
                 break
-        if not pending and out and len(out) + _BATCH_OVERHEAD + size > budget:
+        if not pending and out and len(out) + HEADER_SIZE + size > budget:
             done = True
             break
         pending.append(row)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.conversions import from_bytes
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.expressions import EqualTo
 from pyiceberg.types import LongType, TimestamptzType
 
@@ -106,7 +106,7 @@ class ColdTable:
                 raise ColdsetError(self._failure[1])  # no catalog storm while it is down
             try:
                 table = self.store.catalog().load_table(self.identifier)
-            except NoSuchTableError:
+            except (NoSuchTableError, NoSuchNamespaceError):
                 snap = _Snapshot(None, {}, None, now)
             except Exception as error:
                 message = f"cannot load table {'.'.join(self.identifier)}: {error}"

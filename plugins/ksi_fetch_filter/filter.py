@@ -29,6 +29,7 @@ from bergstream.plugins.ksi_fetch_filter.kafka_state import EARLIEST, EndOffsets
 from bergstream.plugins.ksi_fetch_filter.planner import (
     ColdAnswer,
     FetchAsk,
+    Key,
     OffsetAnswer,
     OffsetAsk,
     plan_fetch,
@@ -49,6 +50,7 @@ from bergstream.plugins.ksi_fetch_filter.responses import (
     uses_topic_ids,
 )
 from bergstream.plugins.ksi_fetch_filter.store import ColdStore
+from bergstream.plugins.ksi_fetch_filter.topics import Served, ServedTopics
 
 
 class KsiSetupError(ValueError):
@@ -58,6 +60,12 @@ class KsiSetupError(ValueError):
 def ksi_log(context: FilterContext) -> logging.LoggerAdapter[Any]:
     """The connection's logger (virtual cluster, client) with its lines tagged ``ksi``."""
     return component_log(context.log, "ksi")
+
+
+@dataclass
+class _OffsetsPending:
+    asks: list[OffsetAsk]
+    served: Served
 
 
 @dataclass
@@ -76,22 +84,26 @@ class KsiFilter(ProxyFilter):
     def __init__(self, factory: KsiFactory) -> None:
         self.factory = factory
         self._fetches: dict[int, _FetchPending] = {}
-        self._offsets: dict[int, list[OffsetAsk]] = {}
+        self._offsets: dict[int, _OffsetsPending] = {}
 
     # ------------------------------------------------------------------ requests
 
     async def on_request(self, header: Any, request: Any, context: FilterContext) -> RequestAction:
         """Split Fetch requests between coldset and Kafka; note ListOffsets to answer later."""
         if header.request_api_key == LIST_OFFSETS:
-            asks = [
-                OffsetAsk(topic.name, p.partition_index, p.timestamp)
+            wanted = [
+                (topic.name, p.partition_index, p.timestamp)
                 for topic in request.topics
-                if topic.name in self.factory.tables
                 for p in topic.partitions
                 if p.timestamp == EARLIEST or p.timestamp >= 0
             ]
-            if asks:
-                self._offsets[header.correlation_id] = asks
+            if wanted:
+                served = await self.factory.topics.resolve(
+                    {name for name, _, _ in wanted}, ksi_log(context)
+                )
+                asks = [OffsetAsk(*ask) for ask in wanted if served.covers(ask[0])]
+                if asks:
+                    self._offsets[header.correlation_id] = _OffsetsPending(asks, served)
             return Forward(request)
         try:
             return await self._fetch(header, request, context)
@@ -111,24 +123,23 @@ class KsiFilter(ProxyFilter):
 
     async def _fetch(self, header: Any, request: Any, context: FilterContext) -> RequestAction:
         version = header.request_api_version
-        served = self.factory.tables
         names = await self._names(request, version, context)
-        refs_of = {names[ref]: ref for ref in names if names[ref] in served}
+        served = await self.factory.topics.resolve(set(names.values()), ksi_log(context))
+        refs_of = {names[ref]: ref for ref in names if served.covers(names[ref])}
         asks = [
             FetchAsk(names[ref], p.partition, p.fetch_offset, p.partition_max_bytes)
             for topic in request.topics
-            if (ref := topic_ref(topic)) in names and names[ref] in served
+            if (ref := topic_ref(topic)) in names and served.covers(names[ref])
             for p in topic.partitions
         ]
         if not asks:
             return Forward(sessionless(request))
-        store = self.factory.store
-        try:
-            answers = await store.run(
-                plan_fetch, store, asks, request.max_bytes, self.factory.config.batch_max_bytes
-            )
-        except ColdsetError as error:
-            answers = {(a.topic, a.partition): ColdAnswer(error=str(error)) for a in asks}
+        answers = await self._plan_fetch(
+            [a for a in asks if a.topic in served.tables], served.tables, request.max_bytes
+        )
+        for ask in asks:  # the catalog cannot say whether these have cold offsets
+            if ask.topic in served.failed:
+                answers[(ask.topic, ask.partition)] = ColdAnswer(error=served.failed[ask.topic])
         pending = _FetchPending(cold={})
         served_keys: set[tuple[str, int]] = set()
         for (topic, partition), answer in answers.items():
@@ -172,6 +183,19 @@ class KsiFilter(ProxyFilter):
         self._fetches[header.correlation_id] = pending
         return Forward(forwarded)
 
+    async def _plan_fetch(
+        self, asks: list[FetchAsk], tables: dict[str, str], max_bytes: int
+    ) -> dict[Key, ColdAnswer]:
+        if not asks:
+            return {}
+        store = self.factory.store_of(tables)
+        try:
+            return await store.run(
+                plan_fetch, store, asks, max_bytes, self.factory.config.batch_max_bytes
+            )
+        except ColdsetError as error:
+            return {(a.topic, a.partition): ColdAnswer(error=str(error)) for a in asks}
+
     async def _ends(
         self, keys: set[tuple[str, int]], isolation_level: int, context: FilterContext
     ) -> dict[tuple[str, int], int]:
@@ -197,14 +221,21 @@ class KsiFilter(ProxyFilter):
             return Forward(
                 merge_fetch_response(response, pending.cold, pending.guarded, pending.log_starts)
             )
-        asks = self._offsets.pop(header.correlation_id, None)
-        if not asks:
+        offsets = self._offsets.pop(header.correlation_id, None)
+        if offsets is None:
             return Forward(response)
-        store = self.factory.store
-        try:
-            answers = await store.run(plan_offsets, store, asks)
-        except ColdsetError as error:
-            answers = {(a.topic, a.partition): OffsetAnswer(error=str(error)) for a in asks}
+        tables, failed = offsets.served.tables, offsets.served.failed
+        asks = [a for a in offsets.asks if a.topic in tables]
+        answers: dict[Key, OffsetAnswer] = {}
+        if asks:
+            store = self.factory.store_of(tables)
+            try:
+                answers = await store.run(plan_offsets, store, asks)
+            except ColdsetError as error:
+                answers = {(a.topic, a.partition): OffsetAnswer(error=str(error)) for a in asks}
+        for ask in offsets.asks:  # the catalog cannot say whether these have cold offsets
+            if ask.topic in failed:
+                answers[(ask.topic, ask.partition)] = OffsetAnswer(error=failed[ask.topic])
         return Forward(self._merge_offsets(response, answers, context))
 
     def _merge_offsets(
@@ -256,8 +287,10 @@ class KsiFactory(FilterFactory[KsiConfig]):
             self.lake = resolve_lake(lake)
         except LakeConfigError as error:
             raise KsiSetupError(f"{context.config.source}: {error}") from None
-        self.tables = config.table_of()
         self._store: ColdStore | None = None
+        self.topics = ServedTopics(
+            config, list_tables=lambda: self.store.run(self.store.table_names)
+        )
         self.topic_ids = TopicIds()
         self.end_offsets = EndOffsets(config.offsets_cache_seconds)
         self._counters: dict[str, tuple[Any, Any]] = {}
@@ -272,6 +305,14 @@ class KsiFactory(FilterFactory[KsiConfig]):
             self._counters[topic] = counters
         counters[0].inc()
         counters[1].inc(records)
+
+    def store_of(self, tables: dict[str, str]) -> ColdStore:
+        """The coldset store, serving each topic of ``tables`` (topic -> table) from its
+        table."""
+        store = self.store
+        for topic, table in tables.items():
+            store.open_table(topic, table)
+        return store
 
     @property
     def store(self) -> ColdStore:

@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow.parquet as pq
+from pyiceberg.exceptions import NoSuchNamespaceError
 
 from bergstream.core.lake import ResolvedLake, load_catalog
 from bergstream.plugins.ksi_fetch_filter.cache import ByteBoundedCache
@@ -61,10 +62,9 @@ class ColdStore:
         self._slice_index: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
         self._row_group_bytes = 0
         self._loading_lock = threading.Lock()
-        self.tables = {
-            topic: ColdTable(self, topic, lake.table_identifier(table))
-            for topic, table in config.table_of().items()
-        }
+        self.tables: dict[str, ColdTable] = {}
+        for topic, table in config.table_of().items():
+            self.open_table(topic, table)
 
     def catalog(self) -> Catalog:
         """The lake's catalog, opened on first use."""
@@ -79,6 +79,29 @@ class ColdStore:
     def table(self, topic: str) -> ColdTable | None:
         """The cold table of ``topic``, or None if KSI does not serve it."""
         return self.tables.get(topic)
+
+    def open_table(self, topic: str, table: str) -> ColdTable:
+        """Serve ``topic`` from ``table`` of the lake's namespace from now on (the table is
+        loaded on its first read)."""
+        cold = self.tables.get(topic)
+        if cold is None:
+            cold = ColdTable(self, topic, self.lake.table_identifier(table))
+            # A new dict, not an insert: reader threads iterate the tables meanwhile.
+            self.tables = {**self.tables, topic: cold}
+        return cold
+
+    def table_names(self) -> set[str]:
+        """The names of the tables in the lake's namespace (none when it does not exist)."""
+        catalog = self.catalog()
+        try:
+            identifiers = catalog.list_tables(self.lake.namespace)
+        except NoSuchNamespaceError:
+            return set()
+        except Exception as error:
+            raise ColdsetError(
+                f"cannot list the tables of namespace {self.lake.namespace}: {error}"
+            ) from error
+        return {identifier[-1] for identifier in identifiers}
 
     def row_groups(self, file: FileRef) -> list[SegmentRef]:
         """The row groups of a data file with their offset ranges (footer read once)."""
@@ -164,15 +187,18 @@ class ColdStore:
         ask at the same time)."""
         base = (ref.path, ref.row_group, partition)
         if not force:
-            index = self._slice_index.get(base)
-            if index is not None:
-                pieces = [self.segments.get((*base, n)) for n in range(len(index))]
-                if all(piece is not None for piece in pieces):
-                    return pieces  # type: ignore[return-value]
+            cached = self._cached_slices(base)
+            if cached is not None:
+                return cached
         with self._loading_lock:
             future = self._loading.get(base)
             owner = future is None
             if future is None:
+                # A load that finished since the check above left its slices in the cache
+                # before it left ``_loading``: use them rather than read the row group again.
+                cached = self._cached_slices(base)
+                if cached is not None:
+                    return cached
                 future = Future()
                 self._loading[base] = future
         if not owner:
@@ -192,6 +218,16 @@ class ColdStore:
         finally:
             with self._loading_lock:
                 self._loading.pop(base, None)
+
+    def _cached_slices(self, base: tuple[str, int, int]) -> list[Segment] | None:
+        """Every slice of row group ``base`` (path, row group, partition) if all are cached."""
+        index = self._slice_index.get(base)
+        if index is None:
+            return None
+        pieces = [self.segments.get((*base, n)) for n in range(len(index))]
+        if any(piece is None for piece in pieces):
+            return None
+        return pieces  # type: ignore[return-value]
 
     def _read_slices(self, ref: SegmentRef, partition: int) -> list[Segment]:
         table = self._any_table()

@@ -10,9 +10,9 @@ from pathlib import Path
 import redis
 from minio import Minio
 
-from bergstream.core.stack import stack_down, stack_up
-from bergstream.core.stack.env import StackEnv
 from bergstream.core.testing.backends import CacheCase
+from bergstream.devstack.stack import stack_down, stack_up
+from bergstream.devstack.stack.env import StackEnv
 from bergstream.plugins.cache_backends.redis_cache import RedisCache
 from bergstream.plugins.cache_backends.s3_cache import S3Cache, minio_client
 

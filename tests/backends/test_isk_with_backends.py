@@ -18,7 +18,7 @@ import pytest
 import redis
 from minio import Minio
 
-from bergstream.core.stack.ports import free_ports
+from bergstream.devstack.stack.ports import free_ports
 from tests.backends.servers import OwnServer, S3Settings
 from tests.isk_e2e.helpers import Gateway, attach_isk, duckdb_connection, produce
 from tests.support import REPO, consume_rows, sort_rows, start_bergstream_run, wait_until

@@ -111,7 +111,7 @@ def test_s3_refuses_bad_keys(s3_settings: S3Settings) -> None:
 
 
 def test_s3_unreachable_server_fails_fast(tmp_path: Path) -> None:
-    from bergstream.core.stack.ports import free_port
+    from bergstream.devstack.stack.ports import free_port
 
     settings = S3Settings(f"http://127.0.0.1:{free_port()}", "a", "b", "us-east-1")
     cache = S3Cache(settings.client(), TEST_BUCKET)
@@ -154,7 +154,7 @@ def test_redis_corrupt_entry_is_deleted(redis_url: str) -> None:
 
 
 def test_redis_unreachable_server_fails_fast() -> None:
-    from bergstream.core.stack.ports import free_port
+    from bergstream.devstack.stack.ports import free_port
 
     cache = RedisCache.from_url(f"redis://127.0.0.1:{free_port()}/0")
     started = time.monotonic()

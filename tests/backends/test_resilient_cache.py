@@ -6,6 +6,7 @@ stack home, ports and PID) so the session's servers are never touched."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -189,3 +190,84 @@ def test_refusals_are_logged_at_most_once_a_minute(
     warnings = [r.getMessage() for r in _records(caplog, logging.WARNING)]
     assert len(warnings) == 2 and "refused 5 more entries" in warnings[1]
     assert "'big/last'" in warnings[1] and cache.refused == 6 and cache.available
+
+
+class HeldBackend:
+    """A backend answering from ``answers`` (a value, or an exception to raise); a call of a
+    key in ``held`` waits, once it has started, until that key's event is set."""
+
+    def __init__(self, answers: dict[str, bytes | Exception], held: tuple[str, ...]) -> None:
+        self.answers = answers
+        self.started = {key: threading.Event() for key in held}
+        self.release = {key: threading.Event() for key in held}
+
+    def get(self, key: str) -> bytes | None:
+        if key in self.started:
+            self.started[key].set()
+            assert self.release[key].wait(10)
+        answer = self.answers.get(key)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def put(self, key: str, data: bytes | memoryview) -> None:
+        self.answers[key] = bytes(data)
+
+    def delete(self, key: str) -> None:
+        self.answers.pop(key, None)
+
+    def close(self) -> None:
+        pass
+
+
+def _call_held(cache: ResilientCache, backend: HeldBackend, key: str) -> threading.Thread:
+    """``cache.get(key)`` on a thread, returned once the backend has started answering it."""
+    thread = threading.Thread(target=cache.get, args=(key,))
+    thread.start()
+    assert backend.started[key].wait(10)
+    return thread
+
+
+def test_a_call_started_before_an_outage_does_not_end_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    down = ConnectionError("refused")
+    backend = HeldBackend({"slow": b"old answer", "bad": down}, held=("slow",))
+    now = [100.0]
+    cache = ResilientCache(backend, name="held-success", retry_seconds=5, clock=lambda: now[0])
+    slow = _call_held(cache, backend, "slow")  # started while the backend was up
+    assert cache.get("bad") is None  # the outage starts
+    assert not cache.available
+    backend.release["slow"].set()
+    slow.join(10)
+    assert not cache.available  # its success is older than the outage: still down
+    assert _records(caplog, logging.INFO) == []
+    now[0] += 6
+    backend.answers["bad"] = b"fine"
+    assert cache.get("bad") == b"fine"  # a probe of the outage: the backend is back
+    assert cache.available
+    assert len(_records(caplog, logging.INFO)) == 1
+    assert len(_records(caplog, logging.WARNING)) == 1
+
+
+def test_a_call_failing_from_before_a_recovery_does_not_start_an_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    down = ConnectionError("refused")
+    backend = HeldBackend({"slow": down, "probe": down}, held=("slow",))
+    now = [100.0]
+    cache = ResilientCache(backend, name="held-failure", retry_seconds=5, clock=lambda: now[0])
+    slow = _call_held(cache, backend, "slow")  # started while the backend was up
+    assert cache.get("probe") is None  # the outage starts
+    now[0] += 6
+    backend.answers["probe"] = b"back"
+    assert cache.get("probe") == b"back"  # a probe: the backend is back
+    assert cache.available
+    backend.release["slow"].set()
+    slow.join(10)
+    assert cache.available  # its failure is older than the recovery: no new outage
+    assert len(_records(caplog, logging.WARNING)) == 1
+    assert len(_records(caplog, logging.INFO)) == 1
+    assert cache.failures == 2

@@ -261,7 +261,7 @@ def test_consumer_group_splits_commits_and_resumes(run_proxy):
 
 
 def test_kafka_console_producer_and_consumer_round_trip(run_proxy):
-    from bergstream.core.stack import kafka_tool_command
+    from bergstream.devstack.stack import kafka_tool_command
 
     proxy = run_proxy()
     topic = create_topic_through_proxy(proxy.bootstrap)

@@ -14,27 +14,28 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bergstream.core.config import load_config
 from bergstream.core.plugins import load_registry
-from bergstream.core.quickstart_clients import (
+from bergstream.devstack.quickstart.clients import (
     MissingExtraError,
     duckdb_extension_paths,
     offline_duckdb,
 )
-from bergstream.core.quickstart_config import (
-    PROXY_PORTS,
-    QuickstartPorts,
-    choose_ports,
+from bergstream.devstack.quickstart.config import (
+    QuickstartConfigError,
     quickstart_config,
+    write_checked_config,
     write_config,
 )
-from bergstream.core.quickstart_data import kafka_offsets, payments
-from bergstream.core.stack import attach_process, attached_processes, stack_down
-from bergstream.core.stack.ports import free_port_block, free_ports, port_is_open
-from bergstream.core.stack.procs import pid_alive, spawn_detached
+from bergstream.devstack.quickstart.data import kafka_offsets, payments
+from bergstream.devstack.quickstart.ports import PROXY_PORTS, QuickstartPorts, choose_ports
+from bergstream.devstack.stack import attach_process, attached_processes, stack_down
+from bergstream.devstack.stack.ports import free_port_block, free_ports, port_is_open
+from bergstream.devstack.stack.procs import pid_alive, spawn_detached
 from tests.support import REPO
 
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
@@ -99,6 +100,31 @@ def test_generated_config_is_valid_for_the_installed_plugins(tmp_path: Path) -> 
     assert str(tmp_path / "quickstart" / "lake") in str(config.lake.catalog.uri)
 
 
+def test_written_config_is_checked_like_config_check(tmp_path: Path) -> None:
+    ports = QuickstartPorts(18181, 19000, 19092)
+    config = quickstart_config("127.0.0.1:9092", "payments", ports, tmp_path / "quickstart")
+    path = tmp_path / "quickstart.yaml"
+    loaded = write_checked_config(path, config)
+    assert loaded.source == str(path)
+    assert [f.type for f in loaded.virtual_clusters[0].filters] == ["ksi"]
+    assert loaded.virtual_clusters[0].filters[0].settings is not None
+    assert loaded.services[0].settings is not None
+
+    # Keys the plugins do not accept, as after a plugin renamed a setting: the quickstart stops
+    # with every problem before it starts anything on the file.
+    broken: dict[str, Any] = json.loads(json.dumps(config))
+    broken["virtual_clusters"][0]["filters"][0]["config"]["read_ahead"] = 2
+    broken["services"][0]["config"]["chunk_records"] = "many"
+    with pytest.raises(QuickstartConfigError) as raised:
+        write_checked_config(path, broken)
+    problems = raised.value.problems
+    assert len(problems) == 2, problems
+    assert any("virtual_clusters[0].filters[0].config.read_ahead" in p for p in problems)
+    assert any("services[0].config.chunk_records" in p for p in problems)
+    assert "does not pass `bergstream config check`" in str(raised.value)
+    assert str(path) in str(raised.value)
+
+
 def test_payments_spread_over_the_span_keyed_by_partition() -> None:
     records = list(payments(0, 3000, 3000, first_ms=1_000, span_ms=3_000_000, partitions=3))
     stamps = [r.timestamp_ms for r in records]
@@ -128,7 +154,7 @@ def test_stack_down_stops_an_attached_process(tmp_path: Path) -> None:
 
 
 def test_a_quiet_step_says_it_is_still_working() -> None:
-    from bergstream.core.quickstart import _Steps
+    from bergstream.devstack.quickstart.run import _Steps
 
     lines: list[str] = []
     steps = _Steps(2, lines.append, quiet_seconds=0.5)

@@ -3,14 +3,18 @@ wrong row, and batch boundaries are found without decoding records."""
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatch
-from aiokafka.record.util import calc_crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bergstream.core.kafka_wire.record_batch import (
+    HEADER_SIZE,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    write_crc,
+    write_field,
+)
 from bergstream.core.records import BatchInfo, Record, build_batch, read_records
 from bergstream.core.row_contract import record_to_row
 from bergstream.plugins.isk_gateway.batch_decoder import (
@@ -19,17 +23,13 @@ from bergstream.plugins.isk_gateway.batch_decoder import (
     decode_batches,
 )
 
-_CRC = 17
-_ATTRIBUTES = 21
-_HEADER_SIZE = 61
-
 
 def with_body(batch: bytes, body: bytes) -> bytes:
     """``batch`` with its records replaced by ``body``, length and CRC made right again, so
     only the records can be wrong."""
-    out = bytearray(batch[:_HEADER_SIZE] + body)
-    struct.pack_into(">i", out, 8, len(out) - 12)
-    struct.pack_into(">I", out, _CRC, calc_crc32c(bytes(out[_ATTRIBUTES:])))
+    out = bytearray(batch[:HEADER_SIZE] + body)
+    write_field(out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
+    write_crc(out)
     return bytes(out)
 
 
@@ -62,7 +62,7 @@ def test_a_well_formed_batch_equals_aiokafka_parse() -> None:
 )
 def test_a_record_cut_short_is_named(cut: int, message: str) -> None:
     batch = sample_batch()
-    body = batch[_HEADER_SIZE:-cut]
+    body = batch[HEADER_SIZE:-cut]
     with pytest.raises(SynthesisError, match=message):
         decode_batches(with_body(batch, body), 0)
 
@@ -70,7 +70,7 @@ def test_a_record_cut_short_is_named(cut: int, message: str) -> None:
 def test_bytes_after_the_last_record_are_an_error() -> None:
     batch = sample_batch()
     with pytest.raises(SynthesisError, match="bytes after its last record"):
-        decode_batches(with_body(batch, batch[_HEADER_SIZE:] + b"\x00"), 0)
+        decode_batches(with_body(batch, batch[HEADER_SIZE:] + b"\x00"), 0)
 
 
 def test_a_key_longer_than_its_record_is_an_error() -> None:
@@ -87,7 +87,7 @@ def test_a_header_key_that_is_not_utf8_is_an_error() -> None:
     spoiled = batch.replace(b"\x04ab", b"\x04\xff\xfe")  # header key "ab" -> invalid UTF-8
     assert spoiled != batch
     with pytest.raises(SynthesisError, match="not UTF-8"):
-        decode_batches(with_body(spoiled, spoiled[_HEADER_SIZE:]), 0)
+        decode_batches(with_body(spoiled, spoiled[HEADER_SIZE:]), 0)
 
 
 def test_batch_bounds_lists_complete_batches_only() -> None:
@@ -159,7 +159,7 @@ def test_any_spoiled_record_bytes_decode_as_the_record_format_says(data: st.Data
     process or raise anything but SynthesisError, and give exactly the rows (or the refusal)
     of a plain reading of Kafka's record format."""
     batch = sample_batch()
-    body = bytearray(batch[_HEADER_SIZE:])
+    body = bytearray(batch[HEADER_SIZE:])
     for _ in range(data.draw(st.integers(1, 4))):
         kind = data.draw(st.sampled_from(["flip", "cut", "insert"]))
         at = data.draw(st.integers(0, max(len(body) - 1, 0)))

@@ -9,10 +9,19 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from aiokafka.record.util import calc_crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bergstream.core.kafka_wire.record_batch import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_FLAG_MASK,
+    MAGIC_OFFSET,
+    ControlRecordType,
+    control_record_key,
+    read_field,
+    write_crc,
+    write_field,
+)
 from bergstream.core.records import BatchInfo, Record, build_batch
 from bergstream.core.row_contract import (
     PARTITION_SPEC,
@@ -28,22 +37,19 @@ from bergstream.plugins.isk_gateway.synthesis import (
     synthesize_data_file,
 )
 
-_ATTRIBUTES = 21
-_CRC = 17
 _DAY_MS = 86_400_000
 
 
 def control_batch(offset: int, producer_id: int, abort: bool, timestamp: int = 0) -> bytes:
     """A transaction marker batch (ABORT or COMMIT) of ``producer_id`` at ``offset``."""
-    key = struct.pack(">hh", 0, 0 if abort else 1)
+    key = control_record_key(ControlRecordType.ABORT if abort else ControlRecordType.COMMIT)
     value = struct.pack(">hi", 0, 0)
     info = BatchInfo(
         base_offset=offset, is_transactional=True, producer_id=producer_id, producer_epoch=0
     )
     out = bytearray(build_batch([Record(offset, timestamp, key, value)], info))
-    (attributes,) = struct.unpack_from(">h", out, _ATTRIBUTES)
-    struct.pack_into(">h", out, _ATTRIBUTES, attributes | 0x20)
-    struct.pack_into(">I", out, _CRC, calc_crc32c(bytes(out[_ATTRIBUTES:])))
+    write_field(out, ATTRIBUTES_OFFSET, read_field(out, ATTRIBUTES_OFFSET) | CONTROL_FLAG_MASK)
+    write_crc(out)
     return bytes(out)
 
 
@@ -195,7 +201,7 @@ def test_a_corrupt_batch_is_an_error() -> None:
 
 def test_a_v1_batch_is_an_error() -> None:
     blob = bytearray(plain_batch(0, 1))
-    blob[16] = 1
+    blob[MAGIC_OFFSET] = 1
     with pytest.raises(SynthesisError, match="magic 2"):
         records_to_table(bytes(blob), 0)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bergstream.core.stack.ports import free_ports
+from bergstream.devstack.stack.ports import free_ports
 from tests.support import ProxyProcess, start_bergstream_run
 
 ACCESS_KEY = "isk-test"
@@ -94,7 +94,7 @@ def duckdb_connection() -> Any:
     setup); the test fails, naming what to install, if DuckDB or an extension is missing."""
     import pytest
 
-    from bergstream.core.quickstart_clients import MissingExtraError, offline_duckdb
+    from bergstream.devstack.quickstart.clients import MissingExtraError, offline_duckdb
 
     try:
         return offline_duckdb()
@@ -104,7 +104,7 @@ def duckdb_connection() -> Any:
 
 def attach_isk(connection: Any, catalog_url: str) -> None:
     """ATTACH the ISK catalog at ``catalog_url`` as ``isk`` (no auth)."""
-    from bergstream.core.quickstart_clients import SqlSession
+    from bergstream.devstack.quickstart.clients import SqlSession
 
     connection.execute(SqlSession.attach_sql(catalog_url))
 

@@ -3,6 +3,7 @@ metadata, PyIceberg reading the table through provider.read_file, strict keys.""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
 from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
 from bergstream.plugins.isk_gateway.provider import NoSuchFile, NoSuchNamespace, NoSuchTable
 from bergstream.plugins.isk_gateway.tables.data_synthesizer import layout_name
+from bergstream.plugins.isk_gateway.tables.files import FileStore
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from bergstream.plugins.isk_gateway.tables.paths import key_from_uri, parse_key
 from tests.isk_tables.fake_source import DAY_MS, FakeLog
@@ -115,8 +117,6 @@ async def test_table_reads_back_as_the_records(tmp_path: Path, log: FakeLog) -> 
 
 
 async def scan_files(provider: HotsetProvider, loaded) -> list[tuple[str, int]]:
-    import asyncio
-
     from tests.isk_tables.support import open_table
 
     table = open_table(provider, loaded, asyncio.get_running_loop())
@@ -237,21 +237,80 @@ async def test_hour_unit_cuts_chunks_by_hour_and_partitions_by_hour(
     assert [row["kafka_offset"] for row in pruned] == list(range(5, 12))
 
 
+class HeldLookups(FileStore):
+    """A store whose cache lookups after the first return (with what they found) only once a
+    file was kept: the lookup of a reader that came second ends after the first reader's build
+    finished, the interleaving that made a second reader build the file again."""
+
+    def __init__(self, cache: LocalDiskCache, cache_prefix: str) -> None:
+        super().__init__(cache, cache_prefix=cache_prefix)
+        self.lookups = 0
+        self.kept = asyncio.Event()
+
+    async def get(self, key: str) -> bytes | memoryview | None:
+        self.lookups += 1
+        ordinal = self.lookups
+        data = await super().get(key)
+        if ordinal > 1:
+            await asyncio.wait_for(self.kept.wait(), 10)
+        return data
+
+    async def keep(self, key: str, data: bytes | memoryview, write_behind: bool = False) -> None:
+        await super().keep(key, data, write_behind)
+        self.kept.set()
+
+
+def fresh_with_held_lookups(tmp_path: Path, log: FakeLog) -> HotsetProvider:
+    """A provider with an empty cache (every file must be built) and :class:`HeldLookups`."""
+    cache = LocalDiskCache(tmp_path / "cache-held", 1 << 28)
+    store = HeldLookups(cache, cache_prefix=layout_name("day", "snappy"))
+    return make_provider(tmp_path, log, name="held", store=store)
+
+
 async def test_concurrent_reads_of_a_missing_file_build_it_once(
     tmp_path: Path, log: FakeLog
 ) -> None:
-    import asyncio
-
     log.produce("orders", 0, 12, lambda i: T0 + i)
     built = make_provider(tmp_path, log, name="a")
     await built.load_table("hotset", "orders")
     (key, *_rest) = [k for k, _ in await built.list_keys("c1/hotset/orders/data/", 100)]
-    fresh = make_provider(tmp_path, log, name="b")  # empty cache: the file must be rebuilt
+    fresh = fresh_with_held_lookups(tmp_path, log)
     before = log.fetches
     results = await asyncio.gather(*(fresh.read_file(key) for _ in range(8)))
     assert log.fetches - before == 1
     assert all(data == results[0] for data in results)
+    assert results[0] == await built.read_file(key)
     assert await fresh.read_range(key, 4, 10) == results[0][4:10]
+    assert await fresh.read_file(key) == results[0]  # held now: no lookup, no build
+    assert log.fetches - before == 1
+
+
+async def test_a_cancelled_reader_does_not_fail_the_readers_waiting_for_it(
+    tmp_path: Path, log: FakeLog
+) -> None:
+    log.produce("orders", 0, 12, lambda i: T0 + i)
+    built = make_provider(tmp_path, log, name="a")
+    await built.load_table("hotset", "orders")
+    (key, *_rest) = [k for k, _ in await built.list_keys("c1/hotset/orders/data/", 100)]
+    fresh = make_provider(tmp_path, log, name="b")
+    looking = asyncio.Event()
+    release = asyncio.Event()
+    lookup = fresh.store.get
+
+    async def held_first_lookup(wanted: str) -> bytes | memoryview | None:
+        if not looking.is_set():
+            looking.set()
+            await release.wait()  # the first reader waits here until it is cancelled
+        return await lookup(wanted)
+
+    fresh.store.get = held_first_lookup  # type: ignore[method-assign]
+    first = asyncio.create_task(fresh.read_file(key))
+    await looking.wait()
+    second = asyncio.create_task(fresh.read_file(key))  # joins the first reader's lookup
+    await asyncio.sleep(0)
+    first.cancel()
+    assert await asyncio.wait_for(second, 10) == await built.read_file(key)
+    assert first.cancelled()
 
 
 async def test_configured_synthesizers_build_missing_files_first(
@@ -287,8 +346,6 @@ async def test_configured_synthesizers_build_missing_files_first(
 async def test_sequential_cold_reads_build_the_next_file_ahead(
     tmp_path: Path, log: FakeLog
 ) -> None:
-    import asyncio
-
     log.produce("orders", 0, 60, lambda i: T0 + i)
     built = make_provider(tmp_path, log, chunk_records=10, name="a")
     await built.load_table("hotset", "orders")

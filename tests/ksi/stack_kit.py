@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bergstream.core.stack.ports import free_port_block
+from bergstream.devstack.stack.ports import free_port_block
 from tests.support import BERGSTREAM, ProxyProcess, start_bergstream_run
 
 BASE_TIMESTAMP = 1_600_000_000_000
@@ -141,12 +141,15 @@ def delete_records_below(bootstrap: str, topic: str, partitions: int, offset: in
 
 
 def start_ksi_proxy(
-    tmp: Path, kafka_bootstrap: str, topics: list[str], lake: str, extra: str = ""
+    tmp: Path, kafka_bootstrap: str, topics: list[str] | None, lake: str, extra: str = ""
 ) -> ProxyProcess:
-    """``bergstream run -c`` with one virtual cluster whose chain is the ksi filter."""
+    """``bergstream run -c`` with one virtual cluster whose chain is the ksi filter, serving
+    ``topics`` (None: no ``topics`` key, so every topic with a table); ``extra`` adds
+    settings (``", key: value"``)."""
     port = free_port_block(4)
     config = tmp / f"ksi-{port}.yaml"
-    listed = ", ".join(f'"{t}"' for t in topics)
+    listed = "" if topics is None else "topics: [" + ", ".join(f'"{t}"' for t in topics) + "]"
+    settings = (listed + extra).removeprefix(", ")
     config.write_text(
         textwrap.dedent(
             f"""
@@ -156,7 +159,7 @@ def start_ksi_proxy(
                 gateway: {{host: 127.0.0.1, port: {port}, lowest_broker_id: 0, broker_count: 3}}
                 filters:
                   - type: ksi
-                    config: {{topics: [{listed}]{extra}}}
+                    config: {{{settings}}}
             """
         )
         + lake

@@ -1,6 +1,7 @@
 """KSI end to end on the real stack: 30,000 records in 3 partitions, copied by the real
 pipeline, the first 8,000 of each partition deleted in Kafka; real clients read through the
-proxy from offset 0 and get every record exactly once, byte for byte."""
+proxy from offset 0 and get every record exactly once, byte for byte. A second proxy, whose ksi
+filter has no ``topics`` and which started before the topic had a table, serves it too."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bergstream.core.stack import kafka_tool_command
+from bergstream.devstack.stack import kafka_tool_command
 from tests.ksi.stack_kit import (
     Seen,
     delete_records_below,
@@ -52,6 +53,8 @@ class World:
     lake: str
     expected: list[Seen] = field(default_factory=list)
     next_index: int = RECORDS
+    #: A ksi filter without ``topics``, started before the topic had a table.
+    default_proxy: ProxyProcess | None = None
 
     def sorted_expected(self) -> list[Seen]:
         return sorted(self.expected, key=lambda r: (r[0], r[1]))
@@ -69,16 +72,25 @@ def world(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     )[topic].result(timeout=30)
     expected = produce(kafka_bootstrap, topic, make_records(RECORDS, PARTITIONS))
     lake = lake_yaml(home, kafka_bootstrap)
-    config = home / "lake.yaml"
-    config.write_text(lake)
-    summary = run_pipeline_once(config, topic)
-    assert summary["records"] == RECORDS, summary
-    delete_records_below(kafka_bootstrap, topic, PARTITIONS, DELETED_BELOW)
-    proxy = start_ksi_proxy(home, kafka_bootstrap, [topic], lake)
+    default_proxy = start_ksi_proxy(home, kafka_bootstrap, None, lake)
     try:
-        yield World(topic, proxy, kafka_bootstrap, home, lake, expected)
+        # Read through it while the topic has no table: Kafka serves it, and KSI has listed
+        # the (still missing) namespace before the pipeline creates the table.
+        early = World(topic, default_proxy, kafka_bootstrap, home, lake, expected)
+        assert len(_confluent_read(early, f"early-{uuid.uuid4().hex[:8]}", limit=50)) == 50
+        assert "serving topic" not in default_proxy.log()
+        config = home / "lake.yaml"
+        config.write_text(lake)
+        summary = run_pipeline_once(config, topic)
+        assert summary["records"] == RECORDS, summary
+        delete_records_below(kafka_bootstrap, topic, PARTITIONS, DELETED_BELOW)
+        proxy = start_ksi_proxy(home, kafka_bootstrap, [topic], lake)
+        try:
+            yield World(topic, proxy, kafka_bootstrap, home, lake, expected, RECORDS, default_proxy)
+        finally:
+            proxy.stop()
     finally:
-        proxy.stop()
+        default_proxy.stop()
 
 
 def _produce_more(world: World, count: int) -> None:
@@ -289,6 +301,17 @@ async def _offset_for_time(world: World, partition: int, timestamp: int) -> tupl
         return answer.offset, seen_from_aiokafka(message)
     finally:
         await consumer.stop()
+
+
+def test_a_filter_without_topics_serves_a_table_created_after_it_started(world: World) -> None:
+    assert world.default_proxy is not None
+    served = World(world.topic, world.default_proxy, world.kafka_bootstrap, world.home, world.lake)
+    served.expected = list(world.expected)
+    got = _confluent_read(served, f"g-{uuid.uuid4().hex[:8]}")  # EARLIEST, then Fetch
+    assert sorted(got, key=lambda r: (r[0], r[1])) == served.sorted_expected()
+    firsts = {p: min(r[1] for r in got if r[0] == p) for p in range(PARTITIONS)}
+    assert firsts == dict.fromkeys(range(PARTITIONS), 0)  # cold offsets, below Kafka's log start
+    assert f"serving topic {world.topic}" in world.default_proxy.log()
 
 
 def test_seeking_to_a_cold_timestamp_lands_on_its_offset(world: World) -> None:

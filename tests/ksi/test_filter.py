@@ -3,6 +3,7 @@ the coldset, topic ids resolved out of band, faults turned into retriable errors
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any, cast
@@ -42,9 +43,16 @@ def lake(tmp_path: Path) -> ResolvedLake:
     return lake
 
 
-def _factory(lake: ResolvedLake, catalog_error: bool = False, **settings: Any) -> KsiFactory:
+def _factory(
+    lake: ResolvedLake,
+    catalog_error: bool = False,
+    topics: tuple[str, ...] | None = (TOPIC,),
+    **settings: Any,
+) -> KsiFactory:
+    """A factory serving ``topics`` (None: every topic with a table in the namespace)."""
     context = FilterFactoryContext("test", ksi_config_model(lake), cast(PluginRegistry, None))
-    factory = KsiFactory(KsiConfig(topics=[TOPIC], **settings), context)
+    listed = None if topics is None else list(topics)
+    factory = KsiFactory(KsiConfig(topics=listed, **settings), context)
     if catalog_error:
 
         def broken(_: ResolvedLake) -> Any:
@@ -89,7 +97,9 @@ def _make(entity_type: type[Any], **values: Any) -> Any:
     return build(entity_type, **{k: v for k, v in values.items() if k in names})
 
 
-def _fetch(version: int, offsets: dict[int, int], max_bytes: int = 10**8) -> tuple[Any, Any]:
+def _fetch(
+    version: int, offsets: dict[int, int], max_bytes: int = 10**8, topic: str = TOPIC
+) -> tuple[Any, Any]:
     schema = load_request_schema(1, version)
     topic_type = field_entity_type(schema, "topics")
     partition_type = field_entity_type(topic_type, "partitions")
@@ -102,7 +112,7 @@ def _fetch(version: int, offsets: dict[int, int], max_bytes: int = 10**8) -> tup
         topics=(
             _make(
                 topic_type,
-                topic=TOPIC,
+                topic=topic,
                 topic_id=TOPIC_ID,
                 partitions=tuple(
                     _make(
@@ -120,7 +130,7 @@ def _fetch(version: int, offsets: dict[int, int], max_bytes: int = 10**8) -> tup
     return make_request_header(1, version, 11, "client"), request
 
 
-def _kafka_fetch_response(version: int, partitions: dict[int, int]) -> Any:
+def _kafka_fetch_response(version: int, partitions: dict[int, int], topic: str = TOPIC) -> Any:
     """Kafka's answer: each partition with the error code given."""
     schema = response_schema(1, version)
     topic_type = field_entity_type(schema, "responses")
@@ -131,7 +141,7 @@ def _kafka_fetch_response(version: int, partitions: dict[int, int]) -> Any:
         responses=(
             _make(
                 topic_type,
-                topic=TOPIC,
+                topic=topic,
                 topic_id=TOPIC_ID,
                 partitions=tuple(
                     _make(
@@ -217,7 +227,7 @@ async def test_max_bytes_bounds_the_cold_answer(lake: ResolvedLake) -> None:
     await factory.close()
 
 
-def _list_offsets(timestamps: dict[int, int]) -> tuple[Any, Any]:
+def _list_offsets(timestamps: dict[int, int], topic: str = TOPIC) -> tuple[Any, Any]:
     schema = load_request_schema(2, 7)
     topic_type = field_entity_type(schema, "topics")
     partition_type = field_entity_type(topic_type, "partitions")
@@ -227,7 +237,7 @@ def _list_offsets(timestamps: dict[int, int]) -> tuple[Any, Any]:
         topics=(
             build(
                 topic_type,
-                name=TOPIC,
+                name=topic,
                 partitions=tuple(
                     build(partition_type, partition_index=p, timestamp=t, current_leader_epoch=-1)
                     for p, t in timestamps.items()
@@ -238,7 +248,7 @@ def _list_offsets(timestamps: dict[int, int]) -> tuple[Any, Any]:
     return make_request_header(2, 7, 5, "client"), request
 
 
-def _kafka_offsets(answers: dict[int, tuple[int, int]]) -> Any:
+def _kafka_offsets(answers: dict[int, tuple[int, int]], topic: str = TOPIC) -> Any:
     schema = response_schema(2, 7)
     topic_type = field_entity_type(schema, "topics")
     partition_type = field_entity_type(topic_type, "partitions")
@@ -247,7 +257,7 @@ def _kafka_offsets(answers: dict[int, tuple[int, int]]) -> Any:
         topics=(
             build(
                 topic_type,
-                name=TOPIC,
+                name=topic,
                 partitions=tuple(
                     build(partition_type, partition_index=p, offset=o, timestamp=t, leader_epoch=0)
                     for p, (o, t) in answers.items()
@@ -348,4 +358,90 @@ async def test_an_offset_below_the_coldset_goes_to_kafka(tmp_path: Path) -> None
     answer = await ksi.on_response(header, kafka, context)
     assert isinstance(answer, Forward)
     assert answer.payload.responses[0].partitions[0].error_code == ErrorCode.offset_out_of_range
+    await factory.close()
+
+
+# ---------------------------------------------------------------------- which topics are served
+
+
+@pytest.mark.parametrize("topics", [None, ("ord*",)], ids=["default", "pattern"])
+@pytest.mark.parametrize("version", [12, 13])
+async def test_a_topic_with_a_table_is_served_without_being_listed(
+    lake: ResolvedLake, topics: tuple[str, ...] | None, version: int
+) -> None:
+    factory = _factory(lake, topics=topics)
+    await factory.start()
+    context = FakeContext(_upstream)
+    ksi = KsiFilter(factory)
+    header, request = _fetch(version, {0: 0, 1: 300})
+    action = await ksi.on_request(header, request, context)
+    assert isinstance(action, ShortCircuit)
+    parts = {p.partition_index: p for p in action.response.responses[0].partitions}
+    assert _records(parts[0])[0] == make_record(0)
+    assert _records(parts[1])[0] == make_record(300)
+    header, request = _list_offsets({0: -2})
+    assert isinstance(await ksi.on_request(header, request, context), Forward)
+    answer = await ksi.on_response(header, _kafka_offsets({0: (500, -1)}), context)
+    assert isinstance(answer, Forward)
+    assert answer.payload.topics[0].partitions[0].offset == 0
+    await factory.close()
+
+
+async def test_without_topics_a_topic_without_a_table_passes_through(lake: ResolvedLake) -> None:
+    factory = _factory(lake, topics=None)
+    await factory.start()
+    context = FakeContext(_upstream)
+    ksi = KsiFilter(factory)
+    header, request = _fetch(12, {0: 0}, topic="clicks")
+    action = await ksi.on_request(header, request, context)
+    assert isinstance(action, Forward) and action.payload.topics == request.topics
+    kafka = _kafka_fetch_response(12, {0: int(ErrorCode.offset_out_of_range)}, topic="clicks")
+    answer = await ksi.on_response(header, kafka, context)
+    assert isinstance(answer, Forward) and answer.payload == kafka  # Kafka's answer stands
+    header, request = _list_offsets({0: -2}, topic="clicks")
+    assert isinstance(await ksi.on_request(header, request, context), Forward)
+    kafka = _kafka_offsets({0: (500, -1)}, topic="clicks")
+    answer = await ksi.on_response(header, kafka, context)
+    assert isinstance(answer, Forward) and answer.payload == kafka
+    await factory.close()
+
+
+async def test_a_table_created_after_start_is_served_without_a_restart(tmp_path: Path) -> None:
+    lake = make_lake(tmp_path)
+    factory = _factory(lake, topics=None, namespace_refresh_seconds=0.2)
+    await factory.start()
+    context = FakeContext(_upstream)
+    ksi = KsiFilter(factory)
+    header, request = _fetch(12, {0: 0})
+    assert isinstance(await ksi.on_request(header, request, context), Forward)  # no table yet
+    write_cold(lake, TOPIC, [(0, 0, make_record(o)) for o in range(100)], {0: 100})
+    await asyncio.sleep(0.25)
+    action = await ksi.on_request(header, request, context)
+    assert isinstance(action, ShortCircuit)
+    (part,) = action.response.responses[0].partitions
+    assert _records(part) == [make_record(o) for o in range(100)]
+    await factory.close()
+
+
+async def test_without_topics_a_failing_catalog_gives_retriable_errors(
+    lake: ResolvedLake,
+) -> None:
+    factory = _factory(lake, catalog_error=True, topics=None)
+    await factory.start()
+    context = FakeContext(_upstream)
+    ksi = KsiFilter(factory)
+    header, request = _fetch(12, {0: 0, 1: 900})
+    action = await ksi.on_request(header, request, context)
+    assert isinstance(action, Forward)  # Kafka may still hold the offsets
+    kafka = _kafka_fetch_response(12, {0: int(ErrorCode.offset_out_of_range), 1: 0})
+    answer = await ksi.on_response(header, kafka, context)
+    assert isinstance(answer, Forward)
+    parts = {p.partition_index: p for p in answer.payload.responses[0].partitions}
+    assert parts[0].error_code == ErrorCode.kafka_storage_error  # retriable, no offset reset
+    assert parts[1].error_code == ErrorCode.none  # what Kafka holds is served
+    header, request = _list_offsets({0: -2})
+    await ksi.on_request(header, request, context)
+    answer = await ksi.on_response(header, _kafka_offsets({0: (500, -1)}), context)
+    assert isinstance(answer, Forward)
+    assert answer.payload.topics[0].partitions[0].error_code == ErrorCode.kafka_storage_error
     await factory.close()

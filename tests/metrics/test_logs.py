@@ -67,7 +67,7 @@ def capture() -> Iterator[Capture]:
         ("bergstream.plugins.index_backends.sqlite", "index"),
         ("bergstream.metrics", "metrics"),
         ("bergstream.runner", "runner"),
-        ("bergstream.core.stack.kafka", "stack"),
+        ("bergstream.devstack.stack.kafka", "stack"),
         ("bergstream.plugins.someone_else", "someone_else"),
         ("thirdparty.module", "thirdparty.module"),
     ],

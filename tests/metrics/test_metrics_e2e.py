@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bergstream.core.records import Record
-from bergstream.core.stack.ports import free_port_block
+from bergstream.devstack.stack.ports import free_port_block
 from tests.ksi.coldset_kit import make_lake, write_cold
 from tests.ksi.stack_kit import delete_records_below, lake_yaml, make_records, produce
 from tests.metrics.scrape import scrape, total

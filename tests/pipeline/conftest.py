@@ -10,14 +10,8 @@ from typing import Any
 
 import pytest
 
-from bergstream.core.lake import (
-    LakeCatalogConfig,
-    LakeConfig,
-    LakePipelineConfig,
-    LakeS3Config,
-    ResolvedLake,
-    resolve_lake,
-)
+from bergstream.core.lake import LakeCatalogConfig, LakeConfig, LakeS3Config
+from bergstream.pipeline.settings import PipelineLake, resolve_pipeline_lake
 from tests.pipeline.lake_testkit import TOPIC_CONFIG
 
 
@@ -28,9 +22,9 @@ def lake_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def make_lake(kafka_bootstrap: str, lake_home: Path) -> Callable[..., ResolvedLake]:
-    """Build a resolved lake; ``catalog`` and ``pipeline`` take LakeCatalogConfig and
-    LakePipelineConfig fields, ``home`` another home directory."""
+def make_lake(kafka_bootstrap: str, lake_home: Path) -> Callable[..., PipelineLake]:
+    """Build a resolved lake with the pipeline's settings; ``catalog`` and ``pipeline`` take
+    LakeCatalogConfig and LakePipelineConfig fields, ``home`` another home directory."""
 
     def make(
         *,
@@ -39,27 +33,27 @@ def make_lake(kafka_bootstrap: str, lake_home: Path) -> Callable[..., ResolvedLa
         pipeline: dict[str, Any] | None = None,
         s3: dict[str, Any] | None = None,
         **fields: Any,
-    ) -> ResolvedLake:
+    ) -> PipelineLake:
         config = LakeConfig(
             kafka_bootstrap=kafka_bootstrap,
             catalog=LakeCatalogConfig(**(catalog or {})),
-            pipeline=LakePipelineConfig(**(pipeline or {})),
+            pipeline=pipeline or {},
             s3=LakeS3Config(**s3) if s3 is not None else None,
             **fields,
         )
-        return resolve_lake(config, home=home or lake_home)
+        return resolve_pipeline_lake(config, home=home or lake_home)
 
     return make
 
 
 @pytest.fixture(scope="session")
-def lake(make_lake: Callable[..., ResolvedLake]) -> ResolvedLake:
+def lake(make_lake: Callable[..., PipelineLake]) -> PipelineLake:
     """The default lake: embedded SQL catalog and local warehouse under ``lake_home``."""
     return make_lake()
 
 
 @pytest.fixture(scope="session")
-def spark(lake: ResolvedLake) -> Iterator[Any]:
+def spark(lake: PipelineLake) -> Iterator[Any]:
     """One local Spark session for the whole test run, with the default lake attached."""
     from bergstream.pipeline.session import attach_catalog, build_session
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bergstream.core.config import load_config
-from bergstream.core.lake import resolve_lake
+from bergstream.pipeline.settings import pipeline_lake
 from tests.pipeline.lake_testkit import Produced, produce
 
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
@@ -23,7 +23,7 @@ def test_example_config_is_valid(tmp_path: Path):
     env = {"BERGSTREAM_HOME": str(tmp_path), "BERGSTREAM_KAFKA_BOOTSTRAP": "127.0.0.1:9092"}
     config = load_config(EXAMPLE, env=env)
     assert config.lake is not None
-    lake = resolve_lake(config.lake, home=tmp_path)
+    lake = pipeline_lake(config, home=tmp_path)
     assert lake.catalog_type == "sql" and lake.namespace == "coldset"
     assert lake.sqlite_path == tmp_path / "lake" / "catalog.db"
     assert lake.warehouse == f"file://{tmp_path}/lake/warehouse"

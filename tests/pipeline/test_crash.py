@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from bergstream.core.lake import LakeConfig, resolve_lake
+from bergstream.core.lake import LakeConfig
+from bergstream.pipeline.settings import resolve_pipeline_lake
 from tests.pipeline.lake_testkit import Produced, consume_all, produce, table_rows_pyiceberg
 
 pytestmark = pytest.mark.slow
@@ -124,7 +125,7 @@ def test_sigkill_at_random_moments(
     rng = random.Random(seed)
     home = tmp_path / "home"
     config = _config(tmp_path / "lake.yaml", kafka_bootstrap, home)
-    lake = resolve_lake(LakeConfig(kafka_bootstrap=kafka_bootstrap), home=home)
+    lake = resolve_pipeline_lake(LakeConfig(kafka_bootstrap=kafka_bootstrap), home=home)
     topic = create_topic(PARTITIONS, prefix="crash")
     log = tmp_path / "pipeline.log"
 

@@ -15,7 +15,7 @@ import pytest
 
 from bergstream.core.lake import ResolvedLake, load_catalog
 from bergstream.core.row_contract import BOUNDARY_PROPERTY, parse_boundary, table_boundary
-from bergstream.core.stack import kafka_tool_command
+from bergstream.devstack.stack import kafka_tool_command
 from bergstream.pipeline.stream import run_pipeline
 from tests.pipeline.lake_testkit import (
     Produced,

@@ -1,5 +1,6 @@
 """The pipeline's pure parts, without Spark or Kafka: where a run starts, Spark's offset log,
-the per-topic lock, the catalog settings handed to Spark, and the commands' errors."""
+the per-topic lock, the catalog settings handed to Spark, its own config sections, and the
+commands' errors."""
 
 from __future__ import annotations
 
@@ -10,11 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from bergstream.core.config import ConfigError, parse_config
 from bergstream.core.lake import LakeConfig, LakeS3Config, resolve_lake
+from bergstream.core.plugins import load_registry
 from bergstream.pipeline.checkpoint import batch_end_offsets, checkpoint_path, topic_lock
 from bergstream.pipeline.jars import PACKAGES, SPARK_VERSION, ivy_settings
 from bergstream.pipeline.kafka import TopicOffsets
 from bergstream.pipeline.session import PipelineSetupError, catalog_conf, session_conf
+from bergstream.pipeline.settings import (
+    LakeMaintenanceConfig,
+    LakePipelineConfig,
+    pipeline_lake,
+    resolve_pipeline_lake,
+)
 from bergstream.pipeline.stream import starting_offsets
 
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
@@ -95,6 +104,62 @@ def test_spark_settings(tmp_path: Path):
     assert conf[f"{prefix}.warehouse"] == "s3://bucket/wh"
 
 
+def test_checkpoint_dir_defaults_under_home(tmp_path: Path):
+    lake = resolve_pipeline_lake(LakeConfig(kafka_bootstrap="127.0.0.1:9092"), home=tmp_path)
+    assert lake.checkpoint_dir == tmp_path / "lake" / "checkpoints"
+    assert lake.pipeline == LakePipelineConfig() and lake.maintenance == LakeMaintenanceConfig()
+    assert lake.catalog_uri == resolve_lake(lake.config, home=tmp_path).catalog_uri
+    moved = resolve_pipeline_lake(
+        LakeConfig(kafka_bootstrap="127.0.0.1:9092", pipeline={"checkpoint_dir": "~/cp"}),
+        home=tmp_path,
+    )
+    assert moved.checkpoint_dir == Path.home() / "cp"
+
+
+LAKE = """
+lake:
+  kafka_bootstrap: 127.0.0.1:9092
+  pipeline:
+    max_offsets_per_trigger: 1000
+    spark_conf: {spark.driver.memory: 2g}
+  maintenance: {retain_last: 3}
+"""
+
+
+def test_the_pipeline_reads_the_sections_the_loader_validated(tmp_path: Path):
+    config = parse_config(LAKE, registry=load_registry(), env={})
+    pipeline = config.sections["lake.pipeline"]
+    assert isinstance(pipeline, LakePipelineConfig) and pipeline.max_offsets_per_trigger == 1000
+    lake = pipeline_lake(config, home=tmp_path)
+    assert lake.pipeline is pipeline and lake.maintenance is config.sections["lake.maintenance"]
+    assert lake.pipeline.spark_conf == {"spark.driver.memory": "2g"}
+    assert lake.maintenance.retain_last == 3
+    # Loaded without a registry (core alone), the same settings are validated from the raw file.
+    bare = parse_config(LAKE, env={})
+    assert bare.sections == {} and bare.lake is not None
+    assert pipeline_lake(bare, home=tmp_path).pipeline == pipeline
+
+
+def test_the_pipeline_sections_are_checked_with_path_and_line():
+    text = LAKE.replace("retain_last: 3", "retain_last: 0, keep: 1").replace(
+        "  spark_conf", "  trigger: 5\n    spark_conf"
+    )
+    with pytest.raises(ConfigError) as error:
+        parse_config(text, source="lake.yaml", registry=load_registry(), env={})
+    found = {(p.path, p.line): p.message for p in error.value.problems}
+    assert found == {
+        ("lake.pipeline.trigger", 6): "unknown key: remove it or check its spelling",
+        ("lake.maintenance.retain_last", 8): "Input should be greater than or equal to 1 (got 0)",
+        ("lake.maintenance.keep", 8): "unknown key: remove it or check its spelling",
+    }
+
+
+def test_the_pipeline_registers_its_sections():
+    sections = load_registry().registrations("config section")
+    assert sections["lake.pipeline"].config_model is LakePipelineConfig
+    assert sections["lake.maintenance"].config_model is LakeMaintenanceConfig
+
+
 def _bergstream(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([BERGSTREAM, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
 
@@ -106,6 +171,15 @@ def test_commands_without_a_lake_section(tmp_path: Path):
         done = _bergstream(*command, "-c", str(config), "--topic", "t", cwd=tmp_path)
         assert done.returncode == 1
         assert "there is no lake: section" in done.stderr and "examples/lake.yaml" in done.stderr
+
+
+def test_commands_refuse_a_bad_pipeline_setting_like_config_check(tmp_path: Path):
+    config = tmp_path / "lake.yaml"
+    config.write_text(LAKE.replace("max_offsets_per_trigger", "max_offset_per_trigger"))
+    for command in (["pipeline", "run"], ["pipeline", "maintain"], ["table", "describe"]):
+        done = _bergstream(*command, "-c", str(config), "--topic", "t", cwd=tmp_path)
+        assert done.returncode == 1
+        assert f"{config}:5: lake.pipeline.max_offset_per_trigger: unknown key" in done.stderr
 
 
 def test_describe_a_missing_table(tmp_path: Path):

@@ -20,11 +20,12 @@ from kio.index import load_response_schema
 from kio.static.protocol import RequestHeader, RequestPayload, ResponsePayload
 
 from bergstream.core.config import BergstreamConfig, VirtualClusterConfig
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.api import FilterFactory, FilterFactoryContext, ProxyFilter
 from bergstream.core.proxy.versions import KIO_VERSIONS
 from bergstream.core.registrations import EmptyConfig
-from bergstream.core.stack.ports import free_port_block
+from bergstream.devstack.stack.ports import free_port_block
 
 Handler = Callable[[RequestHeader, Any], Awaitable[ResponsePayload | None] | ResponsePayload | None]
 
@@ -107,24 +108,32 @@ class FakeBroker:
     def default_response(self, header: RequestHeader, request: Any) -> Any:
         """The built-in answer for ApiVersions, Metadata and Produce."""
         key, version = header.request_api_key, header.request_api_version
-        if key == 18:
-            entry_type = codec.field_entity_type(load_response_schema(18, version), "api_keys")
+        if key == ApiKey.API_VERSIONS:
+            entry_type = codec.field_entity_type(
+                load_response_schema(ApiKey.API_VERSIONS, version), "api_keys"
+            )
             entries = [
                 codec.build(entry_type, api_key=k, min_version=low, max_version=high)
                 for k, (low, high) in sorted(KIO_VERSIONS.items())
             ]
             entries.append(codec.build(entry_type, api_key=999, min_version=0, max_version=3))
-            entries[0] = codec.build(entry_type, api_key=0, min_version=0, max_version=99)
-            return response_for(18, version, api_keys=tuple(entries))
-        if key == 3:
-            broker_type = codec.field_entity_type(load_response_schema(3, version), "brokers")
+            entries[0] = codec.build(
+                entry_type, api_key=ApiKey.PRODUCE, min_version=0, max_version=99
+            )
+            return response_for(ApiKey.API_VERSIONS, version, api_keys=tuple(entries))
+        if key == ApiKey.METADATA:
+            broker_type = codec.field_entity_type(
+                load_response_schema(ApiKey.METADATA, version), "brokers"
+            )
             nodes = {self.node_id: ("127.0.0.1", self.port), **self.extra_nodes}
             brokers = tuple(
                 codec.build(broker_type, node_id=node, host=host, port=port)
                 for node, (host, port) in sorted(nodes.items())
             )
-            return response_for(3, version, brokers=brokers, controller_id=self.node_id)
-        if key == 0:
+            return response_for(
+                ApiKey.METADATA, version, brokers=brokers, controller_id=self.node_id
+            )
+        if key == ApiKey.PRODUCE:
             from bergstream.core.proxy.errors import build_error_response
 
             return build_error_response(header, request, 0)
@@ -150,7 +159,7 @@ class FakeBroker:
                     response = handler(header, request)
                     if asyncio.iscoroutine(response):
                         response = await response
-                if header.request_api_key == 0 and request.acks == 0:
+                if header.request_api_key == ApiKey.PRODUCE and request.acks == 0:
                     continue
                 if response is None:
                     continue

@@ -12,6 +12,7 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.api import (
     CloseConnection,
@@ -23,15 +24,13 @@ from bergstream.core.proxy.api import (
 )
 from tests.proxy.proxy_testkit import FactoryOf, RawClient, response_for
 
-METADATA, LIST_GROUPS, HEARTBEAT, PRODUCE = 3, 16, 12, 0
-
 
 def req(key: int, version: int, **values):
     return codec.build(load_request_schema(key, version), **values)
 
 
 def metadata(version: int = 12, **values):
-    return req(METADATA, version, **values)
+    return req(ApiKey.METADATA, version, **values)
 
 
 def bootstrap_of(server) -> str:
@@ -65,31 +64,35 @@ async def test_api_versions_are_capped(fake_broker, start_proxy):
     proxy = await start_proxy(fake_broker.address)
     client = await RawClient.connect(bootstrap_of(proxy))
     for version in (0, 3, 4):
-        response = await client.call(req(18, version), correlation_id=version + 10)
+        response = await client.call(req(ApiKey.API_VERSIONS, version), correlation_id=version + 10)
         keys = {e.api_key: (e.min_version, e.max_version) for e in response.api_keys}
-        assert 999 not in keys and keys[0] == (3, 13)
+        assert 999 not in keys and keys[ApiKey.PRODUCE] == (3, 13)
     await client.close()
 
 
 async def test_produce_acks_zero_gets_no_response(fake_broker, start_proxy):
     proxy = await start_proxy(fake_broker.address)
     client = await RawClient.connect(bootstrap_of(proxy))
-    client.send(req(PRODUCE, 9, acks=0), 5)
-    client.send(req(PRODUCE, 3, acks=0, transactional_id="tx"), 6)
-    client.send(req(PRODUCE, 9, acks=1), 7)
+    client.send(req(ApiKey.PRODUCE, 9, acks=0), 5)
+    client.send(req(ApiKey.PRODUCE, 3, acks=0, transactional_id="tx"), 6)
+    client.send(req(ApiKey.PRODUCE, 9, acks=1), 7)
     client.send(metadata(), 8)
     assert (await client.receive())[0] == 7
     assert (await client.receive())[0] == 8
-    assert [h.request_api_key for h, _ in fake_broker.seen] == [0, 0, 0, 3]
+    assert [h.request_api_key for h, _ in fake_broker.seen] == [ApiKey.PRODUCE] * 3 + [
+        ApiKey.METADATA
+    ]
     await client.close()
 
 
 class ShortCircuitListGroups(ProxyFilter):
-    request_api_keys: ClassVar = frozenset({LIST_GROUPS})
+    request_api_keys: ClassVar = frozenset({ApiKey.LIST_GROUPS})
 
     async def on_request(self, header, request, context):
         await asyncio.sleep(0.01)
-        return ShortCircuit(response_for(LIST_GROUPS, header.request_api_version, error_code=0))
+        return ShortCircuit(
+            response_for(ApiKey.LIST_GROUPS, header.request_api_version, error_code=0)
+        )
 
 
 async def test_short_circuit_keeps_response_order(fake_broker, start_proxy):
@@ -97,15 +100,15 @@ async def test_short_circuit_keeps_response_order(fake_broker, start_proxy):
         await asyncio.sleep(0.05)
         return fake_broker.default_response(header, request)
 
-    fake_broker.handlers[METADATA] = slow_metadata
+    fake_broker.handlers[ApiKey.METADATA] = slow_metadata
     proxy = await start_proxy(fake_broker.address, [FactoryOf(ShortCircuitListGroups)])
     client = await RawClient.connect(bootstrap_of(proxy))
     client.send(metadata(), 1)
-    client.send(req(LIST_GROUPS, 4), 2)
+    client.send(req(ApiKey.LIST_GROUPS, 4), 2)
     client.send(metadata(), 3)
-    client.send(req(LIST_GROUPS, 4), 4)
+    client.send(req(ApiKey.LIST_GROUPS, 4), 4)
     assert [(await client.receive())[0] for _ in range(4)] == [1, 2, 3, 4]
-    assert all(h.request_api_key == METADATA for h, _ in fake_broker.seen)
+    assert all(h.request_api_key == ApiKey.METADATA for h, _ in fake_broker.seen)
     await client.close()
 
 
@@ -113,7 +116,7 @@ class Actions(ProxyFilter):
     """Acts on Produce requests by topic name: deny -> error, drop -> drop, close -> close,
     boom -> exception, rename -> forward a modified request."""
 
-    request_api_keys: ClassVar = frozenset({PRODUCE})
+    request_api_keys: ClassVar = frozenset({ApiKey.PRODUCE})
 
     async def on_request(self, header, request, context):
         name = request.topic_data[0].name
@@ -132,7 +135,7 @@ class Actions(ProxyFilter):
 
 
 def produce(topic: str, acks: int = 1):
-    schema = load_request_schema(PRODUCE, 9)
+    schema = load_request_schema(ApiKey.PRODUCE, 9)
     topic_type = codec.field_entity_type(schema, "topic_data")
     partition_type = codec.field_entity_type(topic_type, "partition_data")
     return codec.build(
@@ -165,7 +168,7 @@ async def test_filter_actions(fake_broker, start_proxy, caplog):
     client.send(produce("drop"), 3)
     client.send(metadata(), 4)
     assert (await client.receive())[0] == 4
-    assert [h.request_api_key for h, _ in fake_broker.seen] == [PRODUCE, METADATA]
+    assert [h.request_api_key for h, _ in fake_broker.seen] == [ApiKey.PRODUCE, ApiKey.METADATA]
 
     other = await RawClient.connect(bootstrap_of(proxy))
     with caplog.at_level(logging.DEBUG, logger="bergstream.proxy"):
@@ -186,8 +189,8 @@ async def test_filter_actions(fake_broker, start_proxy, caplog):
 class CountingFilter(ProxyFilter):
     """Counts Metadata requests it sees; tags responses' cluster_id."""
 
-    request_api_keys: ClassVar = frozenset({METADATA})
-    response_api_keys: ClassVar = frozenset({METADATA})
+    request_api_keys: ClassVar = frozenset({ApiKey.METADATA})
+    response_api_keys: ClassVar = frozenset({ApiKey.METADATA})
 
     def __init__(self, tag: str, seen: list[str]) -> None:
         self.tag = tag
@@ -205,8 +208,8 @@ class CountingFilter(ProxyFilter):
 class OutOfBand(ProxyFilter):
     """On a Metadata request/response from the client, asks the broker for Metadata itself."""
 
-    request_api_keys: ClassVar = frozenset({METADATA})
-    response_api_keys: ClassVar = frozenset({METADATA})
+    request_api_keys: ClassVar = frozenset({ApiKey.METADATA})
+    response_api_keys: ClassVar = frozenset({ApiKey.METADATA})
 
     def __init__(self, seen: list[str]) -> None:
         self.seen = seen
@@ -282,7 +285,7 @@ async def test_malformed_frames_close_only_that_connection(
 async def test_truncated_frame_then_close(fake_broker, start_proxy):
     proxy = await start_proxy(fake_broker.address)
     bad = await RawClient.connect(bootstrap_of(proxy))
-    frame = codec.encode_request(codec.make_request_header(3, 12, 1, "x"), metadata())
+    frame = codec.encode_request(codec.make_request_header(ApiKey.METADATA, 12, 1, "x"), metadata())
     bad.send_raw(frame[: len(frame) // 2])
     await bad.close()
     await asyncio.sleep(0.05)
@@ -295,7 +298,7 @@ async def test_truncated_frame_then_close(fake_broker, start_proxy):
 async def test_undecodable_request_a_filter_wants_closes(fake_broker, start_proxy, caplog):
     proxy = await start_proxy(fake_broker.address, [FactoryOf(Actions)])
     client = await RawClient.connect(bootstrap_of(proxy))
-    header = codec.make_request_header(PRODUCE, 9, 1, "x")
+    header = codec.make_request_header(ApiKey.PRODUCE, 9, 1, "x")
     frame = codec.encode_request(header, produce("t"))
     broken = frame[:-6] + b"\xff\xff\xff\xff\xff\xff"
     with caplog.at_level(logging.INFO, logger="bergstream.proxy"):
@@ -342,11 +345,11 @@ async def test_unreachable_target_closes_client_with_log(start_proxy, caplog):
 
 
 async def test_unknown_correlation_id_from_broker_closes(fake_broker, start_proxy, caplog):
-    fake_broker.handlers[HEARTBEAT] = lambda header, request: struct.pack(">ii", 4, 123456)
+    fake_broker.handlers[ApiKey.HEARTBEAT] = lambda header, request: struct.pack(">ii", 4, 123456)
     proxy = await start_proxy(fake_broker.address)
     client = await RawClient.connect(bootstrap_of(proxy))
     with caplog.at_level(logging.INFO, logger="bergstream.proxy"):
-        client.send(req(HEARTBEAT, 4, group_id="g"), 1)
+        client.send(req(ApiKey.HEARTBEAT, 4, group_id="g"), 1)
         assert await client.closed_by_peer()
     assert any("unknown correlation id 123456" in r.getMessage() for r in caplog.records)
 
@@ -356,10 +359,10 @@ async def test_large_response_is_cut_through_intact(fake_broker, start_proxy):
     schema_key, version = 1, 12  # Fetch v12: nobody filters it, so it is cut through
 
     def fetch(header, request):
-        topic = codec.field_entity_type(codec.response_schema(1, version), "responses")
+        topic = codec.field_entity_type(codec.response_schema(ApiKey.FETCH, version), "responses")
         partition = codec.field_entity_type(topic, "partitions")
         return response_for(
-            1,
+            ApiKey.FETCH,
             version,
             responses=(
                 codec.build(
@@ -378,7 +381,7 @@ async def test_large_response_is_cut_through_intact(fake_broker, start_proxy):
     proxy = await start_proxy(fake_broker.address)
     client = await RawClient.connect(bootstrap_of(proxy), limit=64 * 1024)
     for cid in range(3):
-        client.send(req(1, version), cid)
+        client.send(req(ApiKey.FETCH, version), cid)
     for cid in range(3):
         received, response = await client.receive(timeout=20)
         assert received == cid
@@ -392,10 +395,10 @@ async def test_slow_client_pauses_reading_from_the_broker(fake_broker, start_pro
     payload = b"z" * (3 * 1024 * 1024)
 
     def fetch(header, request):
-        topic = codec.field_entity_type(codec.response_schema(1, 12), "responses")
+        topic = codec.field_entity_type(codec.response_schema(ApiKey.FETCH, 12), "responses")
         partition = codec.field_entity_type(topic, "partitions")
         return response_for(
-            1,
+            ApiKey.FETCH,
             12,
             responses=(
                 codec.build(
@@ -410,12 +413,12 @@ async def test_slow_client_pauses_reading_from_the_broker(fake_broker, start_pro
             ),
         )
 
-    fake_broker.handlers[1] = fetch
+    fake_broker.handlers[ApiKey.FETCH] = fetch
     proxy = await start_proxy(fake_broker.address)
     client = await RawClient.connect(bootstrap_of(proxy), limit=64 * 1024)
     client.writer.transport.pause_reading()  # a client that stops reading
     for cid in range(12):  # ~36 MB of responses
-        client.send(req(1, 12), cid)
+        client.send(req(ApiKey.FETCH, 12), cid)
     [connection] = proxy.connections
     for _ in range(100):
         await asyncio.sleep(0.05)

@@ -8,6 +8,7 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.errors import (
     ErrorResponseNotSupported,
@@ -51,7 +52,7 @@ def test_produce(version):
             ),
         )
 
-    header, request = _request(0, version, topics)
+    header, request = _request(ApiKey.PRODUCE, version, topics)
     response = build_error_response(header, request, CODE, "no")
     topic = response.responses[0]
     assert [p.index for p in topic.partition_responses] == [0, 4]
@@ -80,7 +81,7 @@ def test_fetch(version):
             ),
         )
 
-    header, request = _request(1, version, topics)
+    header, request = _request(ApiKey.FETCH, version, topics)
     response = build_error_response(header, request, CODE)
     partition = response.responses[0].partitions[0]
     assert partition.partition_index == 3 and partition.error_code is CODE
@@ -109,7 +110,7 @@ def test_list_offsets(version):
             ),
         )
 
-    header, request = _request(2, version, topics)
+    header, request = _request(ApiKey.LIST_OFFSETS, version, topics)
     response = build_error_response(header, request, CODE)
     partitions = response.topics[0].partitions
     assert [p.partition_index for p in partitions] == [1, 2]
@@ -125,7 +126,7 @@ def test_metadata(version):
             schema, topics=(codec.build(topic_type, name="a"), codec.build(topic_type, name="b"))
         )
 
-    header, request = _request(3, version, topics)
+    header, request = _request(ApiKey.METADATA, version, topics)
     response = build_error_response(header, request, CODE)
     assert [(t.name, t.error_code) for t in response.topics] == [("a", CODE), ("b", CODE)]
     assert response.brokers == ()
@@ -133,7 +134,7 @@ def test_metadata(version):
 
 
 def test_metadata_all_topics():
-    header, request = _request(3, 12, lambda schema: codec.build(schema, topics=None))
+    header, request = _request(ApiKey.METADATA, 12, lambda schema: codec.build(schema, topics=None))
     response = build_error_response(header, request, CODE)
     assert response.topics == ()
     _check_encodes(header, response)
@@ -159,7 +160,7 @@ def test_offset_commit(version):
             ),
         )
 
-    header, request = _request(8, version, topics)
+    header, request = _request(ApiKey.OFFSET_COMMIT, version, topics)
     response = build_error_response(header, request, CODE)
     assert response.topics[0].partitions[0].partition_index == 7
     assert response.topics[0].partitions[0].error_code is CODE
@@ -190,7 +191,7 @@ def test_offset_fetch(version):
             topics=(codec.build(topic_type, name="t", partition_indexes=(0, 1)),),
         )
 
-    header, request = _request(9, version, topics)
+    header, request = _request(ApiKey.OFFSET_FETCH, version, topics)
     response = build_error_response(header, request, CODE)
     if version >= 8:
         group = response.groups[0]
@@ -206,19 +207,22 @@ def test_offset_fetch(version):
 
 
 def test_top_level_error_code_apis():
-    header, request = _request(12, 4, lambda schema: codec.build(schema, group_id="g"))
+    header, request = _request(
+        ApiKey.HEARTBEAT, 4, lambda schema: codec.build(schema, group_id="g")
+    )
     response = build_error_response(header, request, ErrorCode.rebalance_in_progress)
     assert response.error_code is ErrorCode.rebalance_in_progress
-    header, request = _request(10, 3, codec.build)
+    header, request = _request(ApiKey.FIND_COORDINATOR, 3, codec.build)
     response = build_error_response(header, request, 15, "coordinator moved")
     assert response.error_message == "coordinator moved" and response.node_id == -1
     _check_encodes(header, response)
 
 
 def test_unsupported_api_raises():
-    header, request = _request(19, 7, codec.build)  # CreateTopics: per-topic errors only
-    assert not can_build_error_response(19, 7)
+    # CreateTopics: per-topic errors only
+    header, request = _request(ApiKey.CREATE_TOPICS, 7, codec.build)
+    assert not can_build_error_response(ApiKey.CREATE_TOPICS, 7)
     with pytest.raises(ErrorResponseNotSupported, match="create_topics v7"):
         build_error_response(header, request, CODE)
     with pytest.raises(ValueError):
-        build_error_response(*_request(12, 4, codec.build), 31999)
+        build_error_response(*_request(ApiKey.HEARTBEAT, 4, codec.build), 31999)

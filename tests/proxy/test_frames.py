@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kio.index import load_request_schema
 
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy import codec, frames
 from bergstream.core.proxy.frames import ByteQueue, FrameError
 from bergstream.core.proxy.versions import (
@@ -76,14 +77,14 @@ def _request(api_key, version, cid=7, client_id="my-client", **values):
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_peek_request_header(version):
-    message = _request(3, 12 if version == 2 else 4, cid=-5, client_id="cli")
+    message = _request(ApiKey.METADATA, 12 if version == 2 else 4, cid=-5, client_id="cli")
     assert frames.peek_request(message) == (3, 12 if version == 2 else 4, -5)
     peek = frames.peek_request_header(message)
     assert peek.client_id == "cli" and peek.correlation_id == -5
 
 
 def test_peek_request_header_null_client_id_and_short():
-    message = _request(3, 4, client_id=None)
+    message = _request(ApiKey.METADATA, 4, client_id=None)
     assert frames.peek_request_header(message).client_id is None
     with pytest.raises(FrameError):
         frames.peek_request(b"\x00\x03")
@@ -103,25 +104,31 @@ def test_patch_and_prefixes():
 @pytest.mark.parametrize("acks", [0, 1, -1])
 @pytest.mark.parametrize("transactional_id", [None, "", "tx-1"])
 def test_produce_acks(version, acks, transactional_id):
-    message = _request(0, version, acks=acks, transactional_id=transactional_id)
+    message = _request(ApiKey.PRODUCE, version, acks=acks, transactional_id=transactional_id)
     assert frames.produce_acks(message, version) == acks
 
 
 def test_produce_acks_truncated():
-    message = _request(0, 9, acks=1, transactional_id="tx")
+    message = _request(ApiKey.PRODUCE, 9, acks=1, transactional_id="tx")
     with pytest.raises(FrameError):
         frames.produce_acks(message[:14], 9)
 
 
 def test_header_versions():
-    assert response_header_version(18, 3) == 0  # ApiVersions: always v0
-    assert request_header_version(18, 3) == 2
-    assert request_header_version(3, 8) == 1 and response_header_version(3, 8) == 0
-    assert request_header_version(3, 9) == 2 and response_header_version(3, 9) == 1
-    assert is_flexible(1, 99) is True  # above kio's range: as flexible as kio's highest
+    assert response_header_version(ApiKey.API_VERSIONS, 3) == 0  # ApiVersions: always v0
+    assert request_header_version(ApiKey.API_VERSIONS, 3) == 2
+    assert (
+        request_header_version(ApiKey.METADATA, 8) == 1
+        and response_header_version(ApiKey.METADATA, 8) == 0
+    )
+    assert (
+        request_header_version(ApiKey.METADATA, 9) == 2
+        and response_header_version(ApiKey.METADATA, 9) == 1
+    )
+    assert is_flexible(ApiKey.FETCH, 99) is True  # above kio's range: as flexible as kio's highest
     assert is_flexible(12345, 0) is None
     assert response_header_version(12345, 0) is None
-    assert KIO_VERSIONS[0][0] == 3
+    assert KIO_VERSIONS[ApiKey.PRODUCE][0] == 3
 
 
 def test_uvarint_and_tagged_fields():

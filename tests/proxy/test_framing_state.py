@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema, load_response_schema
 
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.connection import ProxyConnection
 from tests.proxy.proxy_testkit import cluster_config
@@ -88,19 +89,19 @@ def frames_of(data: bytes) -> list[bytes]:
 
 
 def metadata_request_frame(cid: int) -> bytes:
-    header = codec.make_request_header(3, 12, cid, "c")
-    return codec.encode_request(header, codec.build(load_request_schema(3, 12)))
+    header = codec.make_request_header(ApiKey.METADATA, 12, cid, "c")
+    return codec.encode_request(header, codec.build(load_request_schema(ApiKey.METADATA, 12)))
 
 
 def metadata_response_message(upstream_cid: int, port: int) -> bytes:
-    schema = load_response_schema(3, 12)
+    schema = load_response_schema(ApiKey.METADATA, 12)
     broker = codec.field_entity_type(schema, "brokers")
     response = codec.build(schema, brokers=(codec.build(broker, node_id=1, host="k", port=port),))
     return codec.encode_response(upstream_cid, response)[4:]
 
 
 def fetch_response_message(upstream_cid: int, size: int, moved: bool) -> bytes:
-    schema = load_response_schema(1, 16)
+    schema = load_response_schema(ApiKey.FETCH, 16)
     topic = codec.field_entity_type(schema, "responses")
     partition = codec.field_entity_type(topic, "partitions")
     endpoint = codec.field_entity_type(schema, "node_endpoints")
@@ -153,8 +154,10 @@ async def test_any_chunking_round_trips(items, request_cuts, response_cuts):
         if kind == "opaque":
             message = struct.pack(">hhi", 12, 4, cid) + body  # Heartbeat: nobody filters it
         elif kind == "fetch16":
-            header = codec.make_request_header(1, 16, cid, "c")
-            message = codec.encode_request(header, codec.build(load_request_schema(1, 16)))[4:]
+            header = codec.make_request_header(ApiKey.FETCH, 16, cid, "c")
+            message = codec.encode_request(
+                header, codec.build(load_request_schema(ApiKey.FETCH, 16))
+            )[4:]
         else:
             message = metadata_request_frame(cid)[4:]
         wire += struct.pack(">i", len(message)) + message
@@ -199,11 +202,14 @@ async def test_any_chunking_round_trips(items, request_cuts, response_cuts):
             if not body:
                 assert message[4:] == original[4:]  # passed through untouched
             else:
-                _, response = codec.decode_response(1, 16, message)
+                _, response = codec.decode_response(ApiKey.FETCH, 16, message)
                 assert response.node_endpoints[0].port == CFG.gateway.broker_port(2)
-                assert response.responses == codec.decode_response(1, 16, original)[1].responses
+                assert (
+                    response.responses
+                    == codec.decode_response(ApiKey.FETCH, 16, original)[1].responses
+                )
         else:
-            _, response = codec.decode_response(3, 12, message)
+            _, response = codec.decode_response(ApiKey.METADATA, 12, message)
             assert response.brokers[0].port == CFG.gateway.broker_port(1)
     assert not connection._inflight and not connection._slots
     connection.close()

@@ -14,11 +14,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema
 
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.versions import KIO_VERSIONS
 from tests.proxy.proxy_testkit import FuzzTarget, RawClient
 
-REQUESTS = [(3, 12), (3, 4), (18, 3), (18, 0), (1, 11), (1, 16), (0, 7), (0, 9), (2, 7), (10, 4)]
+REQUESTS = [
+    (ApiKey.METADATA, 12),
+    (ApiKey.METADATA, 4),
+    (ApiKey.API_VERSIONS, 3),
+    (ApiKey.API_VERSIONS, 0),
+    (ApiKey.FETCH, 11),
+    (ApiKey.FETCH, 16),
+    (ApiKey.PRODUCE, 7),
+    (ApiKey.PRODUCE, 9),
+    (ApiKey.LIST_OFFSETS, 7),
+    (ApiKey.FIND_COORDINATOR, 4),
+]
 
 
 def _valid(key: int, version: int, cid: int) -> bytes:
@@ -87,7 +99,7 @@ async def test_fuzz_against_fake_broker(fuzzed_fake_proxy, data):
 
 async def test_fake_broker_still_served_after_fuzzing(fuzzed_fake_proxy):
     client = await RawClient.connect(fuzzed_fake_proxy.address)
-    assert (await client.call(codec.build(load_request_schema(3, 12)))).brokers
+    assert (await client.call(codec.build(load_request_schema(ApiKey.METADATA, 12)))).brokers
     await client.close()
     assert fuzzed_fake_proxy.examples > 0
     assert not fuzzed_fake_proxy.errors, fuzzed_fake_proxy.errors[:5]

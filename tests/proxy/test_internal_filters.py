@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from kio.index import load_response_schema
 
 from bergstream.core.config import GatewayConfig
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.frames import ChunkedBuffer
 from bergstream.core.proxy.internal_filters import (
@@ -38,29 +39,30 @@ def _entity(key, version, *path):
 
 @pytest.mark.parametrize("version", [0, 3, 4])
 def test_cap_api_versions(version):
-    entry = _entity(18, version, "api_keys")
+    entry = _entity(ApiKey.API_VERSIONS, version, "api_keys")
     response = _resp(
-        18,
+        ApiKey.API_VERSIONS,
         version,
         api_keys=(
-            codec.build(entry, api_key=0, min_version=0, max_version=50),  # wider than kio
-            codec.build(entry, api_key=3, min_version=1, max_version=5),  # inside kio
-            codec.build(entry, api_key=1, min_version=0, max_version=2),  # below kio's Fetch v4
+            # in order: wider than kio, inside kio, below kio's Fetch v4
+            codec.build(entry, api_key=ApiKey.PRODUCE, min_version=0, max_version=50),
+            codec.build(entry, api_key=ApiKey.METADATA, min_version=1, max_version=5),
+            codec.build(entry, api_key=ApiKey.FETCH, min_version=0, max_version=2),
             codec.build(entry, api_key=777, min_version=0, max_version=1),  # unknown to kio
         ),
     )
     capped = cap_api_versions(response)
     assert [(e.api_key, e.min_version, e.max_version) for e in capped.api_keys] == [
-        (0, KIO_VERSIONS[0][0], KIO_VERSIONS[0][1]),
-        (3, 1, 5),
+        (ApiKey.PRODUCE, *KIO_VERSIONS[ApiKey.PRODUCE]),
+        (ApiKey.METADATA, 1, 5),
     ]
 
 
 @pytest.mark.parametrize("version", [1, 9, 12, 13])
 def test_metadata_brokers_are_rewritten_and_reported(version):
-    broker = _entity(3, version, "brokers")
+    broker = _entity(ApiKey.METADATA, version, "brokers")
     response = _resp(
-        3,
+        ApiKey.METADATA,
         version,
         brokers=(
             codec.build(broker, node_id=1, host="k1.internal", port=9092, rack="a"),
@@ -68,7 +70,7 @@ def test_metadata_brokers_are_rewritten_and_reported(version):
         ),
     )
     seen = {}
-    rewritten = BrokerAddressRewrite(GATEWAY, "vc", seen.update).rewrite(3, response)
+    rewritten = BrokerAddressRewrite(GATEWAY, "vc", seen.update).rewrite(ApiKey.METADATA, response)
     assert [(b.node_id, b.host, b.port) for b in rewritten.brokers] == [
         (1, "proxy.example", 19093),
         (3, "proxy.example", 19095),
@@ -78,23 +80,27 @@ def test_metadata_brokers_are_rewritten_and_reported(version):
 
 
 def test_node_outside_range_is_a_clear_error():
-    broker = _entity(3, 12, "brokers")
-    response = _resp(3, 12, brokers=(codec.build(broker, node_id=7, host="k", port=1),))
+    broker = _entity(ApiKey.METADATA, 12, "brokers")
+    response = _resp(
+        ApiKey.METADATA, 12, brokers=(codec.build(broker, node_id=7, host="k", port=1),)
+    )
     with pytest.raises(ProxyConfigError, match=r"node id 7.*node ids 1\.\.3.*broker_count"):
-        BrokerAddressRewrite(GATEWAY, "vc").rewrite(3, response)
+        BrokerAddressRewrite(GATEWAY, "vc").rewrite(ApiKey.METADATA, response)
 
 
 def test_find_coordinator_single_and_list():
     rewrite = BrokerAddressRewrite(GATEWAY, "vc")
-    single = rewrite.rewrite(10, _resp(10, 3, node_id=2, host="k2", port=9093))
+    single = rewrite.rewrite(
+        ApiKey.FIND_COORDINATOR, _resp(ApiKey.FIND_COORDINATOR, 3, node_id=2, host="k2", port=9093)
+    )
     assert (single.host, single.port) == ("proxy.example", 19094)
-    failed = _resp(10, 3, error_code=15, node_id=-1, host="", port=-1)
-    assert rewrite.rewrite(10, failed) == failed
-    coordinator = _entity(10, 6, "coordinators")
+    failed = _resp(ApiKey.FIND_COORDINATOR, 3, error_code=15, node_id=-1, host="", port=-1)
+    assert rewrite.rewrite(ApiKey.FIND_COORDINATOR, failed) == failed
+    coordinator = _entity(ApiKey.FIND_COORDINATOR, 6, "coordinators")
     listed = rewrite.rewrite(
-        10,
+        ApiKey.FIND_COORDINATOR,
         _resp(
-            10,
+            ApiKey.FIND_COORDINATOR,
             6,
             coordinators=(
                 codec.build(coordinator, key="g", node_id=1, host="k1", port=9092),
@@ -109,20 +115,24 @@ def test_find_coordinator_single_and_list():
 
 
 def test_describe_cluster():
-    broker = _entity(60, 1, "brokers")
-    response = _resp(60, 1, brokers=(codec.build(broker, broker_id=2, host="k2", port=9093),))
-    out = BrokerAddressRewrite(GATEWAY, "vc").rewrite(60, response)
+    broker = _entity(ApiKey.DESCRIBE_CLUSTER, 1, "brokers")
+    response = _resp(
+        ApiKey.DESCRIBE_CLUSTER,
+        1,
+        brokers=(codec.build(broker, broker_id=2, host="k2", port=9093),),
+    )
+    out = BrokerAddressRewrite(GATEWAY, "vc").rewrite(ApiKey.DESCRIBE_CLUSTER, response)
     assert (out.brokers[0].host, out.brokers[0].port) == ("proxy.example", 19094)
 
 
 def _fetch_response(version, *, endpoints=(), records=b"R" * 300, partitions=3):
-    topic = _entity(1, version, "responses")
-    partition = _entity(1, version, "responses", "partitions")
-    leader = _entity(1, version, "responses", "partitions", "current_leader")
-    aborted = _entity(1, version, "responses", "partitions", "aborted_transactions")
-    endpoint = _entity(1, version, "node_endpoints")
+    topic = _entity(ApiKey.FETCH, version, "responses")
+    partition = _entity(ApiKey.FETCH, version, "responses", "partitions")
+    leader = _entity(ApiKey.FETCH, version, "responses", "partitions", "current_leader")
+    aborted = _entity(ApiKey.FETCH, version, "responses", "partitions", "aborted_transactions")
+    endpoint = _entity(ApiKey.FETCH, version, "node_endpoints")
     return _resp(
-        1,
+        ApiKey.FETCH,
         version,
         session_id=5,
         responses=(
@@ -155,13 +165,15 @@ def _fetch_response(version, *, endpoints=(), records=b"R" * 300, partitions=3):
 @pytest.mark.parametrize("version", [16, 17, 18])
 def test_fetch_node_endpoints(version):
     rewrite = BrokerAddressRewrite(GATEWAY, "vc")
-    assert not rewrite.wants_response(1, 15) and rewrite.wants_response(1, version)
+    assert not rewrite.wants_response(ApiKey.FETCH, 15) and rewrite.wants_response(
+        ApiKey.FETCH, version
+    )
     plain = codec.encode_response(1, _fetch_response(version))[4:]
-    assert not rewrite.needs_decode(1, version, plain)
+    assert not rewrite.needs_decode(ApiKey.FETCH, version, plain)
     moved = _fetch_response(version, endpoints=(2,))
     message = codec.encode_response(1, moved)[4:]
-    assert rewrite.needs_decode(1, version, message)
-    out = rewrite.rewrite(1, codec.decode_response(1, version, message)[1])
+    assert rewrite.needs_decode(ApiKey.FETCH, version, message)
+    out = rewrite.rewrite(ApiKey.FETCH, codec.decode_response(ApiKey.FETCH, version, message)[1])
     assert [(e.node_id, e.host, e.port) for e in out.node_endpoints] == [
         (2, "proxy.example", 19094)
     ]
@@ -171,16 +183,18 @@ def test_fetch_node_endpoints(version):
 @pytest.mark.parametrize("version", [10, 11, 12, 13])
 def test_produce_node_endpoints(version):
     rewrite = BrokerAddressRewrite(GATEWAY, "vc")
-    assert not rewrite.wants_response(0, 9) and rewrite.wants_response(0, version)
-    topic = _entity(0, version, "responses")
-    partition = _entity(0, version, "responses", "partition_responses")
-    error = _entity(0, version, "responses", "partition_responses", "record_errors")
-    endpoint = _entity(0, version, "node_endpoints")
+    assert not rewrite.wants_response(ApiKey.PRODUCE, 9) and rewrite.wants_response(
+        ApiKey.PRODUCE, version
+    )
+    topic = _entity(ApiKey.PRODUCE, version, "responses")
+    partition = _entity(ApiKey.PRODUCE, version, "responses", "partition_responses")
+    error = _entity(ApiKey.PRODUCE, version, "responses", "partition_responses", "record_errors")
+    endpoint = _entity(ApiKey.PRODUCE, version, "node_endpoints")
     ident = {"topic_id": uuid.uuid4()} if version >= 13 else {"name": "topic"}
 
     def response(endpoints):
         return _resp(
-            0,
+            ApiKey.PRODUCE,
             version,
             responses=(
                 codec.build(
@@ -205,12 +219,16 @@ def test_produce_node_endpoints(version):
             ),
         )
 
-    assert not rewrite.needs_decode(0, version, codec.encode_response(1, response(()))[4:])
+    assert not rewrite.needs_decode(
+        ApiKey.PRODUCE, version, codec.encode_response(1, response(()))[4:]
+    )
     message = codec.encode_response(1, response((3,)))[4:]
-    assert rewrite.needs_decode(0, version, message)
+    assert rewrite.needs_decode(ApiKey.PRODUCE, version, message)
     plain = codec.encode_response(1, response(()))[4:]
     assert all(produce_response_has_tags(plain[:-cut], version) for cut in range(1, 30))
-    out = rewrite.rewrite(0, codec.decode_response(0, version, message)[1])
+    out = rewrite.rewrite(
+        ApiKey.PRODUCE, codec.decode_response(ApiKey.PRODUCE, version, message)[1]
+    )
     assert [(e.node_id, e.port) for e in out.node_endpoints] == [(3, 19095)]
 
 

@@ -20,6 +20,7 @@ from aiokafka.record.memory_records import MemoryRecords
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.api import (
     CloseConnection,
@@ -32,9 +33,6 @@ from bergstream.core.proxy.api import (
 from tests.proxy.proxy_testkit import FactoryOf, RawClient, self_signed_cert
 
 pytestmark = pytest.mark.slow
-
-PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR = 0, 1, 2, 3, 10
-DESCRIBE_GROUPS, LIST_GROUPS, DESCRIBE_CLUSTER = 15, 16, 60
 
 
 def bootstrap_of(server) -> str:
@@ -156,17 +154,19 @@ async def test_metadata_lists_only_proxy_addresses(kafka_bootstrap, start_proxy)
     proxy_ports = set(proxy.ports().values())
     client = await RawClient.connect(bootstrap_of(proxy))
     for version in (1, 9, 12, 13):
-        response = await client.call(codec.build(load_request_schema(METADATA, version)), version)
+        response = await client.call(
+            codec.build(load_request_schema(ApiKey.METADATA, version)), version
+        )
         assert response.brokers
         assert all(b.host == "localhost" and b.port in proxy_ports for b in response.brokers)
-    cluster = await client.call(codec.build(load_request_schema(DESCRIBE_CLUSTER, 1)), 20)
+    cluster = await client.call(codec.build(load_request_schema(ApiKey.DESCRIBE_CLUSTER, 1)), 20)
     assert all(
         (b.host, b.port) == ("localhost", gateway.broker_port(b.broker_id)) for b in cluster.brokers
     )
     group = f"g-{uuid.uuid4().hex[:6]}"
     for version, cid in ((3, 30), (4, 31)):
         request = codec.build(
-            load_request_schema(FIND_COORDINATOR, version),
+            load_request_schema(ApiKey.FIND_COORDINATOR, version),
             **({"key": group} if version < 4 else {"coordinator_keys": (group,)}),
         )
         for _ in range(20):  # the coordinator may still be loading
@@ -219,12 +219,14 @@ class EveryAction(ProxyFilter):
     circuit; DescribeGroups: drop (group ``drop``) or close (group ``close``); Fetch: asks the
     broker for the partitions' end offsets out of band and records the consumer's lag."""
 
-    request_api_keys: ClassVar = frozenset({PRODUCE, LIST_GROUPS, DESCRIBE_GROUPS, FETCH})
+    request_api_keys: ClassVar = frozenset(
+        {ApiKey.PRODUCE, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS, ApiKey.FETCH}
+    )
     lag: ClassVar[dict] = {}
 
     async def on_request(self, header, request, context):
         key = header.request_api_key
-        if key == PRODUCE:
+        if key == ApiKey.PRODUCE:
             if any(t.name.startswith("deny-") for t in request.topic_data):
                 return ErrorResponse(ErrorCode.topic_authorization_failed)
             topics = tuple(
@@ -238,22 +240,22 @@ class EveryAction(ProxyFilter):
                 for topic in request.topic_data
             )
             return Forward(replace(request, topic_data=topics))
-        if key == LIST_GROUPS:
+        if key == ApiKey.LIST_GROUPS:
             return ShortCircuit(
-                codec.build(codec.response_schema(LIST_GROUPS, header.request_api_version))
+                codec.build(codec.response_schema(ApiKey.LIST_GROUPS, header.request_api_version))
             )
-        if key == DESCRIBE_GROUPS:
+        if key == ApiKey.DESCRIBE_GROUPS:
             if "drop" in request.groups:
                 return Drop()
             if "close" in request.groups:
                 return CloseConnection("asked to close")
             return Forward(request)
-        if key == FETCH and header.request_api_version < 13:
+        if key == ApiKey.FETCH and header.request_api_version < 13:
             await self.record_lag(request, context)
         return Forward(request)
 
     async def record_lag(self, request, context):
-        schema = load_request_schema(LIST_OFFSETS, 4)
+        schema = load_request_schema(ApiKey.LIST_OFFSETS, 4)
         topic_type = codec.field_entity_type(schema, "topics")
         partition_type = codec.field_entity_type(topic_type, "partitions")
         query = codec.build(
@@ -315,13 +317,15 @@ async def test_filter_actions_against_kafka(kafka_bootstrap, start_proxy, caplog
 
     # ShortCircuit, Drop, CloseConnection on a raw connection
     client = await RawClient.connect(bootstrap_of(proxy))
-    listed = await client.call(codec.build(load_request_schema(LIST_GROUPS, 4)), 1)
+    listed = await client.call(codec.build(load_request_schema(ApiKey.LIST_GROUPS, 4)), 1)
     assert listed.groups == ()  # answered by the filter, not the broker
-    client.send(codec.build(load_request_schema(DESCRIBE_GROUPS, 5), groups=("drop",)), 2)
-    client.send(codec.build(load_request_schema(METADATA, 12)), 3)
+    client.send(codec.build(load_request_schema(ApiKey.DESCRIBE_GROUPS, 5), groups=("drop",)), 2)
+    client.send(codec.build(load_request_schema(ApiKey.METADATA, 12)), 3)
     assert (await client.receive())[0] == 3
     with caplog.at_level(logging.INFO, logger="bergstream.proxy"):
-        client.send(codec.build(load_request_schema(DESCRIBE_GROUPS, 5), groups=("close",)), 4)
+        client.send(
+            codec.build(load_request_schema(ApiKey.DESCRIBE_GROUPS, 5), groups=("close",)), 4
+        )
         assert await client.closed_by_peer()
     assert any("asked to close" in r.getMessage() for r in caplog.records)
 
@@ -349,7 +353,8 @@ async def test_malformed_frames_only_close_their_connection(kafka_bootstrap, sta
                 assert await client.closed_by_peer(), data
             truncated = await RawClient.connect(bootstrap_of(proxy))
             frame = codec.encode_request(
-                codec.make_request_header(3, 12, 1, "x"), codec.build(load_request_schema(3, 12))
+                codec.make_request_header(ApiKey.METADATA, 12, 1, "x"),
+                codec.build(load_request_schema(ApiKey.METADATA, 12)),
             )
             truncated.send_raw(frame[:-3])
             await truncated.close()
@@ -416,10 +421,11 @@ async def test_api_versions_newer_than_kio_is_capped_in_v0(kafka_bootstrap, star
 
     proxy = await start_proxy(kafka_bootstrap)
     client = await RawClient.connect(bootstrap_of(proxy))
-    header = struct.pack(">hhih", 18, 9, 55, 3) + b"raw" + b"\x00"  # header v2, no tags
+    # header v2, no tags
+    header = struct.pack(">hhih", ApiKey.API_VERSIONS, 9, 55, 3) + b"raw" + b"\x00"
     body = b"\x02a\x021\x00"  # client_software_name "a", version "1", no tags
     client.send_raw(struct.pack(">i", len(header) + len(body)) + header + body)
-    client.sent[55] = (18, 0)
+    client.sent[55] = (ApiKey.API_VERSIONS, 0)
     correlation_id, response = await client.receive()
     assert correlation_id == 55
     assert response.error_code == ErrorCode.unsupported_version

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from bergstream.core.config import BergstreamConfig, parse_config
 from bergstream.core.hookspecs import hookimpl
+from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.plugins import load_registry
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.api import FilterFactory, Forward, ProxyFilter
@@ -31,7 +32,7 @@ class TagConfig(BaseModel, extra="forbid"):
 
 
 class TagFilter(ProxyFilter):
-    response_api_keys: ClassVar = frozenset({3})
+    response_api_keys: ClassVar = frozenset({ApiKey.METADATA})
 
     def __init__(self, tag: str) -> None:
         self.tag = tag
@@ -61,7 +62,7 @@ class Plugin:
 
 
 def metadata():
-    return codec.build(load_request_schema(3, 12))
+    return codec.build(load_request_schema(ApiKey.METADATA, 12))
 
 
 async def test_factories_from_registry_run_in_the_chain(fake_broker):

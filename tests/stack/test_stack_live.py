@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from bergstream.core.stack import (
+from bergstream.devstack.stack import (
     KAFKA_TOOL_ALIASES,
     StackEnv,
     StackError,
@@ -32,9 +32,9 @@ from bergstream.core.stack import (
     stack_status,
     stack_up,
 )
-from bergstream.core.stack.ports import port_is_open
-from bergstream.core.stack.procs import pid_alive
-from bergstream.core.stack.testing import session_stack
+from bergstream.devstack.stack.ports import port_is_open
+from bergstream.devstack.stack.procs import pid_alive
+from bergstream.devstack.stack.testing import session_stack
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bergstream.core import stack
-from bergstream.core.stack import (
+from bergstream.devstack import stack
+from bergstream.devstack.stack import (
     KAFKA_TOOL_ALIASES,
     KAFKA_VERSION,
     StackEnv,
@@ -29,7 +29,7 @@ from bergstream.core.stack import (
     stack_status,
     stack_up,
 )
-from bergstream.core.stack.ports import free_port_pairs, port_is_free
+from bergstream.devstack.stack.ports import free_port_pairs, port_is_free
 
 # ---------------------------------------------------------------------------------------------
 # StackEnv

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from click.testing import CliRunner
 
 from bergstream.core import __version__
@@ -77,3 +83,59 @@ def test_run_reports_a_start_failure_in_one_line(tmp_path):
     assert result.exit_code == 1
     assert f"{path}: cannot start:" in result.output
     assert "Traceback" not in result.output
+
+
+BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
+
+
+def test_core_cli_imports_nothing_of_the_dev_stack():
+    code = (
+        "import sys, bergstream.core.cli; "
+        "loaded = sorted(m for m in sys.modules if m.startswith('bergstream.devstack')); "
+        "assert not loaded, loaded"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_stack_and_quickstart_come_from_the_devstack_plugin():
+    plugins = json.loads(
+        subprocess.run(
+            [BERGSTREAM, "plugins", "--json"], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    devstack = next(p for p in plugins if p["name"] == "devstack")
+    assert devstack["hooks"] == ["register_commands"]
+    for args, expected in (
+        (["stack", "--help"], ["down", "env", "status", "up"]),
+        (["stack", "up", "--help"], ["--component [kafka|s3|redis]"]),
+        (["quickstart", "--help"], ["--records", "--cold-fraction", "--proxy-port"]),
+    ):
+        done = subprocess.run([BERGSTREAM, *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert all(word in done.stdout for word in expected), done.stdout
+
+
+def test_stack_commands_on_a_home_without_a_stack(tmp_path):
+    env = {**os.environ, "BERGSTREAM_HOME": str(tmp_path)}
+
+    def bergstream(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [BERGSTREAM, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+
+    status = bergstream("stack", "status")
+    assert status.returncode == 0, status.stderr
+    assert {name: c["running"] for name, c in json.loads(status.stdout).items()} == {
+        "redis": False,
+        "s3": False,
+        "kafka": False,
+    }
+    missing = bergstream("stack", "env")
+    assert missing.returncode == 1
+    assert "the local stack is not up" in missing.stderr
+    down = bergstream("stack", "down")
+    assert down.returncode == 0 and down.stdout.strip() == "stopped: nothing was running"

@@ -10,7 +10,11 @@ from pydantic import BaseModel
 from bergstream.core import hookspecs
 from bergstream.core.hookspecs import hookimpl
 from bergstream.core.plugins import REGISTRATION_HOOKS, PluginError, load_registry
-from bergstream.core.registrations import CacheBackendRegistration, FilterRegistration
+from bergstream.core.registrations import (
+    CacheBackendRegistration,
+    ConfigSectionRegistration,
+    FilterRegistration,
+)
 
 
 class Cfg(BaseModel):
@@ -49,6 +53,18 @@ def test_wrong_registration_type_is_an_error():
 
     with pytest.raises(PluginError, match="must return FilterRegistration objects"):
         load_registry([Plugin()], entry_points=False)
+
+
+def test_two_plugins_cannot_define_the_same_config_section():
+    class Plugin:
+        @hookimpl
+        def register_config_sections(self):
+            return [ConfigSectionRegistration(name="lake.pipeline", config_model=Cfg)]
+
+    registry = load_registry([Plugin()], entry_points=False)
+    assert registry.get("config section", "lake.pipeline").config_model is Cfg
+    with pytest.raises(PluginError, match=r"config section 'lake\.pipeline' is registered by both"):
+        load_registry([Plugin(), Plugin()], entry_points=False)
 
 
 def test_missing_plugin_lists_installed():

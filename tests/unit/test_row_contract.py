@@ -170,7 +170,6 @@ def test_lake_defaults_live_under_home(tmp_path: Path):
     assert lake.catalog_uri == f"sqlite:///{tmp_path}/lake/catalog.db"
     assert lake.jdbc_uri == f"jdbc:sqlite:{tmp_path}/lake/catalog.db"
     assert lake.warehouse == f"file://{tmp_path}/lake/warehouse"
-    assert lake.checkpoint_dir == tmp_path / "lake" / "checkpoints"
     assert lake.namespace == "coldset" and lake.catalog_name == "bergstream"
     assert lake.table_identifier("orders.v1") == ("coldset", "orders.v1")
     assert lake.spark_table_name("a`b") == "bergstream.coldset.`a``b`"
@@ -201,7 +200,7 @@ lake:
   pipeline: {trigger_interval_seconds: 2, max_offsets_per_trigger: 1000}
 """
     config = parse_config(text, env={"BOOT": "127.0.0.1:9092"})
-    assert config.lake is not None and config.lake.pipeline.max_offsets_per_trigger == 1000
+    assert config.lake is not None and config.lake.pipeline["max_offsets_per_trigger"] == 1000
     with pytest.raises(ConfigError) as error:
         parse_config("lake: {kafka_bootstrap: nope, catalg: {}}\n", source="x.yaml")
     text = str(error.value)

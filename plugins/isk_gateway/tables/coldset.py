@@ -16,6 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -161,6 +162,8 @@ class ColdsetProvider:
         self._catalog: Catalog | None = None
         self._catalog_lock = threading.Lock()
         self._rewritten: OrderedDict[tuple[str, int], _Rewritten] = OrderedDict()
+        self._rewriting: dict[tuple[str, int], Future[_Rewritten]] = {}
+        self._rewrite_lock = threading.Lock()
         self._rewritten_max = rewritten_snapshots
         self._tables: dict[str, tuple[float, str, FileIO]] = {}
 
@@ -205,13 +208,7 @@ class ColdsetProvider:
         groups: dict[str, list[ManifestGroup]] = {COLDSET: [], MERGED: []}
         sizes: dict[str, dict[str, int]] = {COLDSET: {}, MERGED: {}}
         if current is not None:
-            memo = self._rewritten.get((topic, current.snapshot_id))
-            if memo is None:
-                memo = self._rewrite(topic, table)
-                self._rewritten[(topic, current.snapshot_id)] = memo
-                while len(self._rewritten) > self._rewritten_max:
-                    self._rewritten.popitem(last=False)
-            groups, sizes = memo
+            groups, sizes = self._rewritten_once(topic, table, current.snapshot_id)
         return ColdSnapshot(
             topic=topic,
             snapshot_id=current.snapshot_id if current else None,
@@ -227,6 +224,37 @@ class ColdsetProvider:
             location=metadata.location,
             io=table.io,
         )
+
+    def _rewritten_once(self, topic: str, table: Table, snapshot_id: int) -> _Rewritten:
+        """The rewrite of ``topic``'s current snapshot: remembered, or done now by one thread
+        however many ask for it at the same time (the others wait for its result)."""
+        memo_key = (topic, snapshot_id)
+        # Memo and in-flight rewrites change together under the lock: a thread finds a
+        # rewrite done, joins the one in flight, or starts it.
+        with self._rewrite_lock:
+            memo = self._rewritten.get(memo_key)
+            if memo is not None:
+                return memo
+            running = self._rewriting.get(memo_key)
+            if running is None:
+                owner: Future[_Rewritten] = Future()
+                self._rewriting[memo_key] = owner
+        if running is not None:
+            return running.result()
+        try:
+            memo = self._rewrite(topic, table)
+        except BaseException as error:
+            with self._rewrite_lock:
+                del self._rewriting[memo_key]
+            owner.set_exception(error)
+            raise
+        with self._rewrite_lock:
+            self._rewritten[memo_key] = memo
+            while len(self._rewritten) > self._rewritten_max:
+                self._rewritten.popitem(last=False)
+            del self._rewriting[memo_key]
+        owner.set_result(memo)
+        return memo
 
     def _rewrite(self, topic: str, table: Table) -> _Rewritten:
         """The live data files of the current snapshot under gateway keys (of the coldset and

@@ -108,13 +108,19 @@ class FileStore:
         finally:
             self._flushing = False
 
-    async def get(self, key: str) -> bytes | memoryview | None:
-        """The bytes of ``key`` from memory or the cache backend; None if neither has them."""
+    def held(self, key: str) -> bytes | memoryview | None:
+        """The bytes of ``key`` if memory or a write-behind put waiting for the cache backend
+        holds them; None otherwise. Never waits: a caller can check this and act on the
+        answer with no other task running in between."""
         data = self._memory.get(key)
         if data is not None:
             self._memory.move_to_end(key)
             return data
-        data = self._pending.get(key)
+        return self._pending.get(key)
+
+    async def get(self, key: str) -> bytes | memoryview | None:
+        """The bytes of ``key`` from memory or the cache backend; None if neither has them."""
+        data = self.held(key)
         if data is not None:
             return data
         data = await asyncio.to_thread(self.cache.get, self.cache_key(key))

@@ -62,6 +62,7 @@ from bergstream.plugins.isk_gateway.tables.paths import (
     HOUR,
     UNIT_MICROS,
     DataKey,
+    ParsedKey,
     parse_key,
 )
 
@@ -428,28 +429,48 @@ class HotsetProvider:
         parsed = parse_key(key)
         if parsed.cluster != self.cluster:
             raise NoSuchFile(f"no such key {key!r} (cluster {self.cluster!r} is served here)")
-        data = await self.store.get(key)
-        if data is not None:
+        while True:
+            # No await from here until a lookup is registered in ``_building``: a reader finds
+            # the file held, joins the one lookup (and build) in flight, or starts it. A build
+            # keeps its file in the store before it leaves ``_building``, so a reader coming
+            # after it finds the file instead of building it again.
+            data = self.store.held(key)
+            in_flight = self._building.get(key) if data is None else None
+            if data is None and in_flight is None:
+                return await self._look_up_or_build(key, parsed, ahead)
             if not ahead and key in self._read_ahead:  # a read-ahead was used: keep one ahead
                 self._read_ahead.discard(key)
                 self._read_ahead_after(parsed)
-            return data
-        if not isinstance(parsed, DataKey):
-            raise NoSuchFile(f"no such key {key!r} (not built by this gateway, or expired)")
-        building = self._building.get(key)
-        if building is not None:  # concurrent GETs of one missing file: build it once
-            if not ahead and key in self._read_ahead:
-                self._read_ahead.discard(key)
-                self._read_ahead_after(parsed)
-            return await asyncio.shield(building)
-        if not ahead:
-            self._note_cold_read(parsed)
+            if in_flight is None:
+                return data
+            try:  # concurrent GETs of one missing file: build it once
+                return await asyncio.shield(in_flight)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not in_flight.cancelled() or (task is not None and task.cancelling()):
+                    raise
+                # The reader that started the lookup was cancelled, not this one: look again.
+
+    async def _look_up_or_build(self, key: str, parsed: ParsedKey, ahead: bool) -> bytes:
+        """The file at ``key`` from the cache backend, or built if it is a data key the cache
+        does not have; registered in ``_building`` until done, so concurrent readers wait for
+        this one instead of looking up or building it again."""
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._building[key] = future
         try:
-            data = await self._synthesize(key)
-            ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
-            await self.store.keep(key, data, write_behind=True)
+            data = await self.store.get(key)
+            if data is not None:
+                if not ahead and key in self._read_ahead:
+                    self._read_ahead.discard(key)
+                    self._read_ahead_after(parsed)
+            elif not isinstance(parsed, DataKey):
+                raise NoSuchFile(f"no such key {key!r} (not built by this gateway, or expired)")
+            else:
+                if not ahead:
+                    self._note_cold_read(parsed)
+                data = await self._synthesize(key)
+                ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
+                await self.store.keep(key, data, write_behind=True)
             future.set_result(data)
             return data
         except asyncio.CancelledError:
@@ -457,7 +478,7 @@ class HotsetProvider:
             raise
         except BaseException as error:
             future.set_exception(error)
-            future.exception()  # retrieved here, so a build nobody waited for logs nothing
+            future.exception()  # retrieved here, so a lookup nobody waited for logs nothing
             raise
         finally:
             del self._building[key]

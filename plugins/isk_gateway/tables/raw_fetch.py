@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bergstream.plugins.isk_gateway.batch_decoder import pooled_array
+from bergstream.core.kafka_wire.api_keys import ApiKey
+from bergstream.plugins.isk_gateway.buffers import pooled_array
 
 __all__ = ["FetchConnections", "FetchError", "PartitionFetch"]
 
-_FETCH = 1
 _VERSION = 4
 _READ_COMMITTED = 1
 _MAX_FRAME = 1 << 31
@@ -51,7 +51,7 @@ def _encode_request(
 ) -> bytes:
     body = struct.pack(
         f">hhih{len(client_id)}s iiiib i h{len(topic)}s i iqi",
-        _FETCH, _VERSION, correlation_id, len(client_id), client_id,
+        ApiKey.FETCH, _VERSION, correlation_id, len(client_id), client_id,
         -1, 500, 1, size, _READ_COMMITTED,
         1, len(topic), topic,
         1, partition, offset, size,

@@ -9,6 +9,7 @@ long as the table has not changed since.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 
@@ -40,7 +41,9 @@ class NamespaceRouter:
     def __init__(self, providers: dict[str, TableProvider], store: FileStore) -> None:
         self.providers = providers
         self.store = store
-        self._reloaded: dict[tuple[str, str], float] = {}
+        # (namespace, topic) -> when its last reload started and when it finished.
+        self._reloaded: dict[tuple[str, str], tuple[float, float]] = {}
+        self._reloading: dict[tuple[str, str], asyncio.Task[bool]] = {}
 
     def _provider(self, namespace: str) -> TableProvider:
         provider = self.providers.get(namespace)
@@ -77,18 +80,35 @@ class NamespaceRouter:
             raise NoSuchFile(f"no such key {key!r} (namespace {namespace!r} is not served)")
         return provider, target, not isinstance(parsed, DataKey | ColdFileKey)
 
-    async def _reload_for(self, key: str) -> bool:
-        """Load the table of metadata key ``key`` again (rate-limited); whether it was."""
+    async def _reload_for(self, key: str, since: float) -> bool:
+        """After a lookup of metadata key ``key`` started at ``since`` found nothing: whether
+        to look again. Yes if its table was reloaded since (the lookup may have missed the
+        files the reload kept) or a reload is in flight (waited for); else the table is loaded
+        again, at most once per ``_RELOAD_SECONDS``."""
         parsed = parse_key(key)
-        namespace = key_namespace(parsed)
-        last = self._reloaded.get((namespace, parsed.topic), 0.0)
-        if time.monotonic() - last < _RELOAD_SECONDS:
-            return False
-        self._reloaded[(namespace, parsed.topic)] = time.monotonic()
+        table = (key_namespace(parsed), parsed.topic)
+        # No await until a reload is registered: concurrent misses share one reload.
+        running = self._reloading.get(table)
+        if running is None:
+            started, finished = self._reloaded.get(table, (0.0, 0.0))
+            if finished >= since:
+                return True
+            if time.monotonic() - started < _RELOAD_SECONDS:
+                return False
+            self._reloaded[table] = (time.monotonic(), finished)
+            running = asyncio.create_task(self._reload(table))
+            self._reloading[table] = running
+        return await asyncio.shield(running)
+
+    async def _reload(self, table: tuple[str, str]) -> bool:
+        """Load ``table`` (namespace, topic) again; whether it exists."""
         try:
-            await self.load_table(namespace, parsed.topic)
+            await self.load_table(*table)
         except LookupError:
             return False
+        finally:
+            self._reloaded[table] = (self._reloaded[table][0], time.monotonic())
+            del self._reloading[table]
         return True
 
     async def file_size(self, key: str) -> int:
@@ -98,30 +118,33 @@ class NamespaceRouter:
         if size is not None:
             return size
         provider, target, is_metadata = self._file_provider(key)
+        since = time.monotonic()
         try:
             return await provider.file_size(target)
         except NoSuchFile:
-            if is_metadata and await self._reload_for(key):
+            if is_metadata and await self._reload_for(key, since):
                 return await provider.file_size(target)
             raise
 
     async def read_file(self, key: str) -> bytes:
         """The file at ``key``."""
         provider, target, is_metadata = self._file_provider(key)
+        since = time.monotonic()
         try:
             return await provider.read_file(target)
         except NoSuchFile:
-            if is_metadata and await self._reload_for(key):
+            if is_metadata and await self._reload_for(key, since):
                 return await provider.read_file(target)
             raise
 
     async def read_range(self, key: str, start: int, end: int) -> bytes | memoryview:
         """Bytes ``[start, end)`` of the file at ``key``."""
         provider, target, is_metadata = self._file_provider(key)
+        since = time.monotonic()
         try:
             return await provider.read_range(target, start, end)
         except NoSuchFile:
-            if is_metadata and await self._reload_for(key):
+            if is_metadata and await self._reload_for(key, since):
                 return await provider.read_range(target, start, end)
             raise
 

@@ -6,8 +6,9 @@ would, starts ISK and KSI (``bergstream run`` on a generated config, left runnin
 a DuckDB query over the ``merged`` namespace covering cold and hot data, a record produced now in
 the next query, and a Kafka consumer reading through KSI from offset 0 across the boundary.
 
-Everything that needs a plugin or Spark runs as a ``bergstream`` subprocess, so this module
-imports neither.
+Spark, ISK and KSI run in ``bergstream`` subprocesses, so this module imports no plugin; the
+config it writes for them is first checked against the installed plugins as ``bergstream config
+check`` does (:func:`~bergstream.devstack.quickstart.config.write_checked_config`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -27,23 +27,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-import click
-
-from bergstream.core.quickstart_clients import (
+from bergstream.devstack.quickstart.clients import (
     MissingExtraError,
     SqlSession,
     read_from_offset_zero,
     require_quickstart_extra,
 )
-from bergstream.core.quickstart_config import (
+from bergstream.devstack.quickstart.config import (
     ISK_ACCESS_KEY,
     ISK_SECRET_KEY,
-    QuickstartPorts,
-    choose_ports,
     quickstart_config,
-    write_config,
+    write_checked_config,
 )
-from bergstream.core.quickstart_data import (
+from bergstream.devstack.quickstart.data import (
     Payment,
     delete_below,
     kafka_offsets,
@@ -53,13 +49,13 @@ from bergstream.core.quickstart_data import (
     produce_payments,
     recreate_topic,
 )
+from bergstream.devstack.quickstart.ports import QuickstartPorts, choose_ports
 
 __all__ = [
     "NAMESPACE",
     "QuickstartError",
     "QuickstartOptions",
     "QuickstartResult",
-    "quickstart_command",
     "run_quickstart",
 ]
 
@@ -214,8 +210,8 @@ def _run_pipeline(config: Path, topic: str, log: Path, say: Echo) -> dict[str, o
 def _start_run(config: Path, home: Path, cwd: Path, timeout: float = 120) -> int:
     """Start ``bergstream run -c config`` detached (it outlives this command), record it with
     the stack so ``stack down`` stops it, and wait for its ready line; returns its PID."""
-    from bergstream.core.stack import attach_process
-    from bergstream.core.stack.procs import pid_alive, spawn_detached
+    from bergstream.devstack.stack import attach_process
+    from bergstream.devstack.stack.procs import pid_alive, spawn_detached
 
     log = home / "logs" / "quickstart-run.log"
     start = log.stat().st_size if log.exists() else 0
@@ -393,7 +389,7 @@ def _instructions(ports: QuickstartPorts, topic: str, config: Path, echo: Echo) 
 async def run_quickstart(options: QuickstartOptions, echo: Echo) -> QuickstartResult:
     """Run the quickstart, printing numbered steps through ``echo``; returns the numbers shown.
     The stack and the ``bergstream run`` process of ISK and KSI keep running afterwards."""
-    from bergstream.core.stack import StackPaths, stack_up, stop_attached
+    from bergstream.devstack.stack import StackPaths, stack_up, stop_attached
 
     began = time.perf_counter()
     try:
@@ -427,7 +423,7 @@ async def run_quickstart(options: QuickstartOptions, echo: Echo) -> QuickstartRe
         say(f"Kafka {kafka}, S3 {env.s3_endpoint}, Redis {env.redis_url}")
 
     ports = choose_ports(options.catalog_port, options.s3_port, options.proxy_port)
-    write_config(config_path, quickstart_config(kafka, topic, ports, workdir))
+    write_checked_config(config_path, quickstart_config(kafka, topic, ports, workdir))
     proxy = f"127.0.0.1:{ports.proxy}"
     catalog_url = f"http://127.0.0.1:{ports.catalog}"
 
@@ -512,53 +508,3 @@ async def run_quickstart(options: QuickstartOptions, echo: Echo) -> QuickstartRe
     echo(f"quickstart finished in {result.seconds:.0f} s")
     _instructions(ports, topic, config_path, echo)
     return result
-
-
-# --------------------------------------------------------------------------- the command
-
-
-@click.command("quickstart")
-@click.option("--records", default=300_000, show_default=True, help="Payments to produce.")
-@click.option("--hours", default=24.0, show_default=True, help="Time span of their timestamps.")
-@click.option(
-    "--cold-fraction",
-    default=0.7,
-    show_default=True,
-    type=click.FloatRange(0.05, 0.95),
-    help="Older share moved to the coldset and deleted from Kafka.",
-)
-@click.option(
-    "--catalog-port", type=int, help="ISK catalog port [18181 or $BERGSTREAM_ISK_CATALOG_PORT]"
-)
-@click.option("--s3-port", type=int, help="ISK S3 gateway port [19000 or $BERGSTREAM_ISK_S3_PORT]")
-@click.option(
-    "--proxy-port", type=int, help="KSI proxy bootstrap port [19092 or $BERGSTREAM_PROXY_PORT]"
-)
-def quickstart_command(
-    records: int,
-    hours: float,
-    cold_fraction: float,
-    catalog_port: int | None,
-    s3_port: int | None,
-    proxy_port: int | None,
-) -> None:
-    """Start the stack, fill a topic, move its older part to Iceberg, and query it all."""
-    from bergstream.core.stack import StackError
-
-    # The quickstart prints its own plain lines; the Kafka client's info (group joins,
-    # reconnects) would only bury them. Errors still show.
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)
-    if records < 10:
-        raise click.BadParameter("at least 10", param_hint="--records")
-    options = QuickstartOptions(
-        records=records,
-        hours=hours,
-        cold_fraction=cold_fraction,
-        catalog_port=catalog_port,
-        s3_port=s3_port,
-        proxy_port=proxy_port,
-    )
-    try:
-        asyncio.run(run_quickstart(options, click.echo))
-    except (QuickstartError, StackError, RuntimeError, OSError, ValueError) as error:
-        raise click.ClickException(str(error)) from None
