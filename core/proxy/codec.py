@@ -289,3 +289,15 @@ def build(entity_type: type[E], **values: Any) -> E:
         else:
             kwargs[item.name] = _zero(item)
     return entity_type(**kwargs)
+
+
+def build_request(api_key: int, api_version: int, **values: Any) -> RequestPayload:
+    """A request payload of ``api_key`` in ``api_version`` (see :func:`build` for the fields not
+    given); :class:`UnsupportedMessage` if kio has no schema for that version."""
+    return build(request_schema(api_key, api_version), **values)
+
+
+def build_response(api_key: int, api_version: int, **values: Any) -> ResponsePayload:
+    """A response payload of ``api_key`` in ``api_version`` (see :func:`build` for the fields not
+    given); :class:`UnsupportedMessage` if kio has no schema for that version."""
+    return build(response_schema(api_key, api_version), **values)
