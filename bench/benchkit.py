@@ -90,8 +90,8 @@ def synthesis_vs_write_table(
     """
     import pyarrow.parquet as pq
 
-    from bergstream.plugins.isk_gateway.synthesis import records_to_table
-    from bergstream.plugins.isk_gateway.tables.data_synthesizer import parquet_layout
+    from bergstream.plugins.isk_gateway.files.hotset_layout import parquet_layout
+    from bergstream.plugins.isk_gateway.files.synthesis import records_to_table
 
     table = records_to_table(records, partition)
     megabytes = len(records) / 1e6

@@ -495,7 +495,7 @@ def fill_lake(workdir: Path, kafka: str, driver_memory: str) -> Any:
 
 def fetch_chunk(kafka: str, partition: int, records: int) -> bytes:
     """Record batches of ``[0, records)`` of one partition, read from Kafka as ISK reads them."""
-    from bergstream.plugins.isk_gateway.tables.kafka_reader import KafkaReader
+    from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
 
     async def fetch() -> bytes:
         async with KafkaReader(kafka) as reader:

@@ -8,13 +8,15 @@ filters build against ``kroxylicious-api`` rather than its runtime::
 What it holds: hook markers and registrations; config (the base model, choices of other plugins,
 the file, home directories); backend and service interfaces; the lake; the proxy's filter API
 with named API keys and version-correct message builders; Kafka's record-batch layout, CRC-32C
-and record helpers; the row contract and the boundary; the shared metrics and logs; and testing
-kits for caches, indexes and filters. ``docs/hooks.md`` shows every hook with this module, and
-``docs/architecture.md`` the import rules ``tests/unit/test_import_rules.py`` enforces.
+and record helpers; the row contract and the boundary; AWS SigV4 signing steps (``sigv4``); the
+shared metrics and logs; and testing kits for caches, indexes and filters. ``docs/hooks.md``
+shows every hook with this module, and ``docs/architecture.md`` the import rules
+``tests/unit/test_import_rules.py`` enforces.
 """
 
 from __future__ import annotations
 
+from bergstream.core import sigv4
 from bergstream.core.backends import (
     CacheBackend,
     ChunkEntry,
@@ -291,6 +293,7 @@ __all__ = [
     "run_cache_conformance",
     "run_index_conformance",
     "s3_properties",
+    "sigv4",
     "split_batches",
     "table_boundary",
     "wire_round_trip",

@@ -9,7 +9,7 @@ import logging
 
 import click
 
-from bergstream.core.hookspecs import hookimpl
+from bergstream.core.api import hookimpl
 
 __all__ = ["quickstart_command", "register_commands", "stack_group"]
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bergstream.core.lake import ResolvedLake, load_catalog
-from bergstream.core.row_contract import table_boundary
+from bergstream.core.api import ResolvedLake, load_catalog, table_boundary
 
 __all__ = ["TableNotFoundError", "describe_table"]
 

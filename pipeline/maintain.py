@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bergstream.core.row_contract import Boundary
+from bergstream.core.api import Boundary
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.tables import LakeTable, open_table
 

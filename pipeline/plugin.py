@@ -12,10 +12,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from bergstream.core.config import ConfigError, load_config
-from bergstream.core.hookspecs import hookimpl
-from bergstream.core.plugins import PluginError, load_registry
-from bergstream.core.registrations import ConfigSectionRegistration
+from bergstream.core.api import (
+    ConfigError,
+    ConfigSectionRegistration,
+    PluginError,
+    hookimpl,
+    load_config,
+    load_registry,
+)
 from bergstream.pipeline.settings import (
     MAINTENANCE_SECTION,
     PIPELINE_SECTION,

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from bergstream.core.lake import ResolvedLake, s3_properties
+from bergstream.core.api import ResolvedLake, s3_properties
 from bergstream.pipeline.jars import ivy_dir, ivy_settings, spark_packages
 
 if TYPE_CHECKING:

@@ -14,10 +14,14 @@ from pathlib import Path
 
 from pydantic import Field
 
-from bergstream.core.config import BergstreamConfig
-from bergstream.core.home import bergstream_home
-from bergstream.core.lake import LakeConfig, ResolvedLake, resolve_lake
-from bergstream.core.models import StrictModel
+from bergstream.core.api import (
+    BergstreamConfig,
+    LakeConfig,
+    ResolvedLake,
+    StrictModel,
+    bergstream_home,
+    resolve_lake,
+)
 
 __all__ = [
     "MAINTENANCE_SECTION",
@@ -95,7 +99,7 @@ def resolve_pipeline_lake(
     pipeline: LakePipelineConfig | None = None,
     maintenance: LakeMaintenanceConfig | None = None,
 ) -> PipelineLake:
-    """:func:`~bergstream.core.lake.resolve_lake` plus the pipeline's settings: ``pipeline``
+    """:func:`~bergstream.core.api.resolve_lake` plus the pipeline's settings: ``pipeline``
     and ``maintenance`` as the config loader validated them, else validated here from the
     lake's raw sections (a lake built in code). Checkpoints default to
     ``$BERGSTREAM_HOME/lake/checkpoints`` (``home`` as in ``resolve_lake``)."""

@@ -25,7 +25,7 @@ from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bergstream.core.row_contract import (
+from bergstream.core.api import (
     BOUNDARY_PROPERTY,
     Boundary,
     format_boundary,

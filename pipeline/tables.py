@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from bergstream.core.lake import ResolvedLake
-from bergstream.core.row_contract import (
+from bergstream.core.api import (
     BOUNDARY_PROPERTY,
     PARTITION_SPEC,
     ROW_SCHEMA,
     SORT_ORDER,
     Boundary,
+    ResolvedLake,
     RowContractError,
     check_schema,
     parse_boundary,

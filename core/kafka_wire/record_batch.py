@@ -12,7 +12,7 @@ CRC-32C covers everything from ``attributes`` to the end of the batch. Names fol
 ``DefaultRecordBatch``: ``X_OFFSET`` is where field X starts, ``X_LENGTH`` its size in bytes.
 
 The offsets, lengths and masks are plain module-level ints on purpose: numba-compiled loops
-(:mod:`bergstream.plugins.isk_gateway.batch_kernels`) read them as compile-time constants.
+(ISK's compiled batch kernels) read them as compile-time constants.
 """
 
 from __future__ import annotations

@@ -25,7 +25,6 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from kio.static.constants import EntityType
 from kio.static.protocol import RequestHeader, RequestPayload, ResponsePayload

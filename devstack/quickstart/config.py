@@ -20,8 +20,13 @@ from typing import Generic, TypedDict, TypeVar
 
 import yaml
 
-from bergstream.core.config import BergstreamConfig, ConfigError, load_config
-from bergstream.core.plugins import PluginError, load_registry
+from bergstream.core.api import (
+    BergstreamConfig,
+    ConfigError,
+    PluginError,
+    load_config,
+    load_registry,
+)
 
 from .ports import PROXY_PORTS, QuickstartPorts
 

@@ -19,6 +19,8 @@ from importlib import resources
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
+from bergstream.core.api import ApiKey
+
 from .paths import StackError, StackPaths
 from .procs import find_executable
 
@@ -423,9 +425,6 @@ def prepare_broker(
 # --------------------------------------------------------------------------------------------
 # Readiness: ApiVersions, then Metadata listing this broker, over a raw socket.
 
-_API_METADATA = 3
-_API_VERSIONS = 18
-
 
 def _request(sock: socket.socket, api_key: int, version: int, corr: int, body: bytes) -> bytes:
     client_id = b"bergstream-stack"
@@ -463,7 +462,7 @@ def probe_broker(port: int, host: str = "127.0.0.1", timeout: float = 2.0) -> bo
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.settimeout(timeout)
-            body = _request(sock, _API_VERSIONS, 0, 1, b"")
+            body = _request(sock, ApiKey.API_VERSIONS, 0, 1, b"")
             (error,) = struct.unpack_from(">h", body, 0)
             if error != 0:
                 return False
@@ -472,14 +471,14 @@ def probe_broker(port: int, host: str = "127.0.0.1", timeout: float = 2.0) -> bo
             for i in range(count):
                 key, low, high = struct.unpack_from(">hhh", body, 6 + 6 * i)
                 ranges[key] = (low, high)
-            low, high = ranges.get(_API_METADATA, (0, -1))
+            low, high = ranges.get(ApiKey.METADATA, (0, -1))
             version = min(high, 8)
             if version < max(low, 4):
                 return False
             request = struct.pack(">ib", 0, 0)  # no topics, allow_auto_topic_creation=false
             if version >= 8:
                 request += struct.pack(">bb", 0, 0)
-            meta = _request(sock, _API_METADATA, version, 2, request)
+            meta = _request(sock, ApiKey.METADATA, version, 2, request)
             pos = 4  # throttle_time_ms
             (brokers,) = struct.unpack_from(">i", meta, pos)
             pos += 4

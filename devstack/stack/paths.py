@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bergstream.core.home import bergstream_cache, bergstream_home
+from bergstream.core.api import bergstream_cache, bergstream_home
 
 __all__ = ["COMPONENTS", "StackError", "StackPaths"]
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import hmac
 import http.client
 import json
 import os
 from pathlib import Path
+
+from bergstream.core.api import sigv4
 
 from .env import S3_REGION
 from .paths import StackError, StackPaths
@@ -151,38 +151,21 @@ def weed_command(
 
 def _sigv4_headers(host: str, access_key: str, secret_key: str) -> dict[str, str]:
     """Headers signing ``GET /`` (ListBuckets) with AWS Signature Version 4."""
-    now = dt.datetime.now(dt.UTC)
-    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
-    day = now.strftime("%Y%m%d")
-    payload_hash = hashlib.sha256(b"").hexdigest()
-    signed = "host;x-amz-content-sha256;x-amz-date"
-    canonical = "\n".join(
-        [
-            "GET",
-            "/",
-            "",
-            f"host:{host}",
-            f"x-amz-content-sha256:{payload_hash}",
-            f"x-amz-date:{amz_date}",
-            "",
-            signed,
-            payload_hash,
-        ]
-    )
-    scope = f"{day}/{S3_REGION}/s3/aws4_request"
-    to_sign = "\n".join(
-        ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
-    )
-    key = f"AWS4{secret_key}".encode()
-    for part in (day, S3_REGION, "s3", "aws4_request"):
-        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    amz_date = dt.datetime.now(dt.UTC).strftime(sigv4.AMZ_DATE_FORMAT)
+    day = amz_date[:8]
+    payload_hash = sigv4.EMPTY_SHA256
+    headers = [("host", host), ("x-amz-content-sha256", payload_hash), ("x-amz-date", amz_date)]
+    canonical = sigv4.canonical_request("GET", "/", "", headers, payload_hash)
+    scope = sigv4.credential_scope(day, S3_REGION, "s3")
+    key = sigv4.signing_key(secret_key, day, S3_REGION, "s3")
+    signature = sigv4.signature(key, sigv4.string_to_sign(amz_date, scope, canonical))
+    signed = sigv4.signed_headers(headers)
     return {
         "Host": host,
         "x-amz-content-sha256": payload_hash,
         "x-amz-date": amz_date,
         "Authorization": (
-            f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, "
+            f"{sigv4.ALGORITHM} Credential={access_key}/{scope}, "
             f"SignedHeaders={signed}, Signature={signature}"
         ),
     }

@@ -73,7 +73,7 @@ def _verified(blob: bytes) -> bytes | None:
 
 
 class LocalDiskCache:
-    """A :class:`~bergstream.core.backends.CacheBackend` on a local directory."""
+    """A :class:`~bergstream.core.api.CacheBackend` on a local directory."""
 
     def __init__(self, directory: Path, max_bytes: int) -> None:
         """Use (creating it if needed) ``directory``, holding at most ``max_bytes`` of entries."""

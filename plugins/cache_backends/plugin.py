@@ -7,10 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from bergstream.core.backends import ServiceContext
-from bergstream.core.hookspecs import hookimpl
-from bergstream.core.models import StrictModel
-from bergstream.core.registrations import CacheBackendRegistration
+from bergstream.core.api import CacheBackendRegistration, ServiceContext, StrictModel, hookimpl
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
 from bergstream.plugins.cache_backends.redis_cache import RedisCache
 from bergstream.plugins.cache_backends.s3_cache import S3Cache, minio_client

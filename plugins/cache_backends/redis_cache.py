@@ -31,7 +31,7 @@ _MAX_KEY = 4096
 
 
 class RedisCache:
-    """A :class:`~bergstream.core.backends.CacheBackend` on a Redis server."""
+    """A :class:`~bergstream.core.api.CacheBackend` on a Redis server."""
 
     def __init__(
         self,

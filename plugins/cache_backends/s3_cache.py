@@ -68,7 +68,7 @@ def minio_client(
 
 
 class S3Cache:
-    """A :class:`~bergstream.core.backends.CacheBackend` on an S3 bucket."""
+    """A :class:`~bergstream.core.api.CacheBackend` on an S3 bucket."""
 
     def __init__(
         self,

@@ -1,5 +1,6 @@
-"""Built-in index backends for ISK's chunk index (see ARCHITECTURE.md, "ISK").
+"""Built-in index backends for ISK's chunk index (see docs/architecture.md, "ISK").
 
-:mod:`.sqlite_index` (the ``sqlite`` backend: one SQLite file in WAL mode) and :mod:`.plugin`
-(its registration and config model).
+:mod:`.sqlite_index` (``sqlite``: one SQLite file in WAL mode), :mod:`.rocksdb_index`
+(``rocksdb``: a RocksDB directory through ``rocksdict``) and :mod:`.plugin` (their registrations
+and config models).
 """

@@ -7,9 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bergstream.core.backends import ServiceContext
-from bergstream.core.hookspecs import hookimpl
-from bergstream.core.registrations import IndexBackendRegistration
+from bergstream.core.api import IndexBackendRegistration, ServiceContext, hookimpl
 from bergstream.plugins.index_backends.rocksdb_index import RocksIndex
 from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
-from bergstream.core.backends import ChunkEntry
+from bergstream.core.api import ChunkEntry
 from bergstream.plugins.index_backends.sqlite_index import (
     IndexClosedError,
     IndexEntryError,
@@ -98,7 +98,7 @@ def _snapshot_get(snapshot: Any, key: bytes) -> bytes | None:
 
 
 class RocksIndex:
-    """An :class:`~bergstream.core.backends.IndexBackend` in one RocksDB directory."""
+    """An :class:`~bergstream.core.api.IndexBackend` in one RocksDB directory."""
 
     def __init__(self, path: Path, sync_writes: bool = False) -> None:
         """Open (creating it if needed) the index directory ``path``; raise

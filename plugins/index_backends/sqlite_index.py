@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bergstream.core.backends import ChunkEntry
+from bergstream.core.api import ChunkEntry
 
 __all__ = [
     "IndexClosedError",
@@ -148,7 +148,7 @@ def _row(entry: ChunkEntry) -> tuple[Any, ...]:
 
 
 class SqliteIndex:
-    """An :class:`~bergstream.core.backends.IndexBackend` on one SQLite file in WAL mode."""
+    """An :class:`~bergstream.core.api.IndexBackend` on one SQLite file in WAL mode."""
 
     def __init__(self, path: Path, busy_timeout_seconds: float = 30.0) -> None:
         """Open (creating it and its directory if needed) the index at ``path``."""

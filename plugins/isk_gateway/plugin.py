@@ -3,13 +3,12 @@ through the ``bergstream`` entry-point group."""
 
 from __future__ import annotations
 
-from bergstream.core.hookspecs import hookimpl
-from bergstream.core.registrations import FileSynthesizerRegistration, ServiceRegistration
-from bergstream.plugins.isk_gateway.service import IskServiceConfig, create_isk_service
-from bergstream.plugins.isk_gateway.tables.data_synthesizer import (
+from bergstream.core.api import FileSynthesizerRegistration, ServiceRegistration, hookimpl
+from bergstream.plugins.isk_gateway.files.hotset_parquet import (
     HotsetDataSynthesizerConfig,
     create_hotset_data_synthesizer,
 )
+from bergstream.plugins.isk_gateway.service import IskServiceConfig, create_isk_service
 
 
 @hookimpl

@@ -1,12 +1,13 @@
 """The ``isk`` service: one ISK gateway (REST catalog + S3 gateway) over one Kafka cluster.
 
-It wires the pieces together: a :class:`.tables.kafka_reader.KafkaReader`, an index backend and a
-cache backend chosen by ``{type, config}`` among the registered plugins (never imported from
-their plugins; the config loader resolves and validates these choices like every choice of the
-file, so ``bergstream config check`` refuses what this service would), the ``hotset`` provider
-and, when the config has a ``lake:`` section, the ``coldset`` and ``merged`` providers, a router
-over them, the :class:`.http.server.IskHttpService` in front, and a background task keeping the
-chunk index of every topic up to date.
+It wires the pieces together: a :class:`.kafka.reader.KafkaReader`, an index backend and a cache
+backend chosen by ``{type, config}`` among the registered plugins (never imported from their
+plugins; the config loader resolves and validates these choices like every choice of the file,
+so ``bergstream config check`` refuses what this service would), the ``hotset`` provider and,
+when the config has a ``lake:`` section, the ``coldset`` and ``merged`` providers, a router over
+them, the :class:`.http.server.IskHttpService` in front, and the
+:class:`.tables.background_index.BackgroundIndexer` keeping the chunk index of every topic up to
+date.
 """
 
 from __future__ import annotations
@@ -14,32 +15,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import Literal
 
 from pydantic import Field, field_validator
 
-from bergstream.core.backends import CacheBackend, FileSynthesizer, IndexBackend, ServiceContext
-from bergstream.core.choices import (
+from bergstream.core.api import (
+    Bootstrap,
+    CacheBackend,
     CacheBackendChoice,
+    FileSynthesizer,
     FileSynthesizerChoice,
+    IndexBackend,
     IndexBackendChoice,
+    LakeConfigError,
+    ResolvedLake,
+    ServiceContext,
+    StrictModel,
     choice_settings,
+    resolve_lake,
 )
-from bergstream.core.lake import LakeConfigError, ResolvedLake, resolve_lake
-from bergstream.core.models import Bootstrap, StrictModel
-from bergstream.plugins.isk_gateway.batch_decoder import warm_up
+from bergstream.plugins.isk_gateway.files.batch_decoder import warm_up
+from bergstream.plugins.isk_gateway.files.hotset_layout import layout_name
+from bergstream.plugins.isk_gateway.files.synthesis import ParquetCompression
 from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpService
-from bergstream.plugins.isk_gateway.provider import TableProvider
-from bergstream.plugins.isk_gateway.synthesis import ParquetCompression
+from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
+from bergstream.plugins.isk_gateway.tables.background_index import BackgroundIndexer
 from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider
-from bergstream.plugins.isk_gateway.tables.data_synthesizer import layout_name
-from bergstream.plugins.isk_gateway.tables.files import FileStore
-from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider, IndexStep
-from bergstream.plugins.isk_gateway.tables.kafka_reader import KafkaReader
+from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from bergstream.plugins.isk_gateway.tables.merged import MergedProvider
 from bergstream.plugins.isk_gateway.tables.paths import COLDSET, HOTSET, MERGED
+from bergstream.plugins.isk_gateway.tables.provider import TableProvider
 from bergstream.plugins.isk_gateway.tables.router import NamespaceRouter
+from bergstream.plugins.isk_gateway.tables.store import FileStore
 
 __all__ = ["IskService", "IskServiceConfig", "create_isk_service"]
 
@@ -107,7 +114,7 @@ def _built_in_synthesizer(config: IskServiceConfig) -> FileSynthesizerChoice:
 
 
 class IskService:
-    """A :class:`~bergstream.core.service.Service` running one ISK gateway."""
+    """A :class:`~bergstream.core.api.Service` running one ISK gateway."""
 
     name = "isk"
 
@@ -163,7 +170,7 @@ class IskService:
             self.index = await asyncio.to_thread(
                 self._index_registration.factory, self._index_settings, self.context
             )
-            from bergstream.plugins.isk_gateway.resilient_cache import ResilientCache
+            from bergstream.plugins.isk_gateway.tables.resilient_cache import ResilientCache
 
             self.cache = ResilientCache(
                 await asyncio.to_thread(
@@ -203,69 +210,14 @@ class IskService:
         except BaseException:
             await self.stop()
             raise
+        assert self.reader is not None and self.hotset is not None
         if c.index_interval_seconds > 0:
-            self._indexer = asyncio.create_task(self._index_forever(c.index_interval_seconds))
+            indexer = BackgroundIndexer(
+                self.reader, self.hotset.indexer, self.merged, c.index_interval_seconds
+            )
+            self._indexer = asyncio.create_task(indexer.run())
         namespaces = ", ".join(await self.provider.list_namespaces())
         log.info("isk: catalog %s, s3 %s, namespaces %s", self.catalog_url, self.s3_url, namespaces)
-
-    @staticmethod
-    def _report_index_step(
-        topic: str,
-        step: IndexStep,
-        catching_up: dict[str, int],
-        last_progress: dict[str, float],
-    ) -> None:
-        """Log the start, the progress (at most every 5 s) and the end of a topic's catch-up."""
-        if topic not in catching_up:
-            if not step.indexed and not step.behind:
-                return
-            log.info("isk: indexing %s: %d offsets not in the index yet", topic, step.missing)
-            catching_up[topic] = 0
-            last_progress[topic] = time.monotonic()
-        catching_up[topic] += step.indexed
-        if step.behind:
-            if time.monotonic() - last_progress[topic] >= 5:
-                last_progress[topic] = time.monotonic()
-                log.info(
-                    "isk: indexing %s: %d offsets indexed, %d to go",
-                    topic, catching_up[topic], step.behind,
-                )  # fmt: skip
-            return
-        done = catching_up.pop(topic)
-        last_progress.pop(topic, None)
-        log.info("isk: index of %s brought up to date (%d new offsets)", topic, done)
-
-    async def _index_forever(self, interval: float) -> None:
-        """Keep the pipeline lag of the lake's topics current, and the chunk index of every
-        topic up to date, one topic and a few chunks at a time."""
-        assert self.hotset is not None and self.reader is not None
-        failing = False
-        catching_up: dict[str, int] = {}  # topic -> offsets indexed since it fell behind
-        last_progress: dict[str, float] = {}
-        while True:
-            try:
-                if self.merged is not None:  # the lake's few topics first: cheap, and watched
-                    for topic in await self.merged.coldset.topics():
-                        with contextlib.suppress(LookupError):
-                            await self.merged.update_pipeline_lag(topic)
-                for topic in await self.reader.topics():
-                    if topic.startswith("__"):
-                        continue
-                    try:
-                        step = await self.hotset.index_topic(topic)
-                        self._report_index_step(topic, step, catching_up, last_progress)
-                    except LookupError:  # deleted since it was listed
-                        catching_up.pop(topic, None)
-                if failing:
-                    log.info("isk: background indexing works again")
-                failing = False
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                if not failing:
-                    log.warning("isk: background indexing failed (retrying): %s", error)
-                failing = True
-            await asyncio.sleep(interval)
 
     async def stop(self) -> None:
         """Close the listeners, the backends and the Kafka connections; safe to call twice."""

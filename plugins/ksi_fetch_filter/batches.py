@@ -6,16 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from bergstream.core.kafka_wire.record_batch import (
-    BASE_OFFSET_OFFSET,
-    HEADER_SIZE,
-    LAST_OFFSET_DELTA_OFFSET,
-    read_field,
-    write_crc,
-    write_field,
-)
-from bergstream.core.records import BatchInfo, Record, build_batch
-from bergstream.core.row_contract import LOG_APPEND_TIME
+from bergstream.core.api import LOG_APPEND_TIME, BatchInfo, Record, build_batch, record_batch
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdRead
 
 _RECORD_OVERHEAD = 24  # varints and attributes of one record, roughly
@@ -48,8 +39,9 @@ def claim_gap(batch: bytes, last_offset: int) -> bytes:
     """``batch`` with its last offset delta moved up to ``last_offset`` (as a compacted batch
     claims the offsets of records removed after its last one), CRC updated."""
     out = bytearray(batch)
-    write_field(out, LAST_OFFSET_DELTA_OFFSET, last_offset - read_field(out, BASE_OFFSET_OFFSET))
-    write_crc(out)
+    base_offset = record_batch.read_field(out, record_batch.BASE_OFFSET_OFFSET)
+    record_batch.write_field(out, record_batch.LAST_OFFSET_DELTA_OFFSET, last_offset - base_offset)
+    record_batch.write_crc(out)
     return bytes(out)
 
 
@@ -69,7 +61,7 @@ def build_cold_batches(
     batch claims the offsets up to the boundary."""
     out = bytearray()
     pending: list[tuple[int, Record]] = []
-    pending_size = HEADER_SIZE
+    pending_size = record_batch.HEADER_SIZE
     count = 0
     next_offset = read.segment.offsets[read.start]
     done = False
@@ -94,7 +86,7 @@ def build_cold_batches(
         count += len(pending)
         next_offset = last + 1
         pending = []
-        pending_size = HEADER_SIZE
+        pending_size = record_batch.HEADER_SIZE
         return True
 
     for row in _rows(read):
@@ -107,7 +99,7 @@ def build_cold_batches(
             if len(out) >= budget:
                 done = True
                 break
-        if not pending and out and len(out) + HEADER_SIZE + size > budget:
+        if not pending and out and len(out) + record_batch.HEADER_SIZE + size > budget:
             done = True
             break
         pending.append(row)

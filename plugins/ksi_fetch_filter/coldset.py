@@ -22,7 +22,7 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.expressions import EqualTo
 from pyiceberg.types import LongType, TimestamptzType
 
-from bergstream.core.row_contract import OFFSET_ID, TIMESTAMP_ID, table_boundary
+from bergstream.core.api import OFFSET_ID, TIMESTAMP_ID, table_boundary
 from bergstream.plugins.ksi_fetch_filter.segments import (
     Segment,
     SegmentRef,

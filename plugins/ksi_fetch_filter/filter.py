@@ -9,19 +9,22 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from bergstream.core.lake import LakeConfigError, resolve_lake
-from bergstream.core.logs import component_log
-from bergstream.core.metrics import KSI_COLD_FETCHES, KSI_COLD_RECORDS
-from bergstream.core.proxy.api import (
+from bergstream.core.api import (
+    KSI_COLD_FETCHES,
+    KSI_COLD_RECORDS,
+    ApiKey,
     ErrorResponse,
     FilterContext,
     FilterFactory,
     FilterFactoryContext,
     Forward,
+    LakeConfigError,
     ProxyFilter,
     RequestAction,
     ResponseAction,
     ShortCircuit,
+    component_log,
+    resolve_lake,
 )
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdsetError
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
@@ -36,8 +39,6 @@ from bergstream.plugins.ksi_fetch_filter.planner import (
     plan_offsets,
 )
 from bergstream.plugins.ksi_fetch_filter.responses import (
-    FETCH,
-    LIST_OFFSETS,
     ColdPartition,
     TopicRef,
     build_fetch_response,
@@ -78,8 +79,8 @@ class _FetchPending:
 class KsiFilter(ProxyFilter):
     """One client connection's KSI filter (state: the requests awaiting their response)."""
 
-    request_api_keys = frozenset({FETCH, LIST_OFFSETS})
-    response_api_keys = frozenset({FETCH, LIST_OFFSETS})
+    request_api_keys = frozenset({ApiKey.FETCH, ApiKey.LIST_OFFSETS})
+    response_api_keys = frozenset({ApiKey.FETCH, ApiKey.LIST_OFFSETS})
 
     def __init__(self, factory: KsiFactory) -> None:
         self.factory = factory
@@ -90,7 +91,7 @@ class KsiFilter(ProxyFilter):
 
     async def on_request(self, header: Any, request: Any, context: FilterContext) -> RequestAction:
         """Split Fetch requests between coldset and Kafka; note ListOffsets to answer later."""
-        if header.request_api_key == LIST_OFFSETS:
+        if header.request_api_key == ApiKey.LIST_OFFSETS:
             wanted = [
                 (topic.name, p.partition_index, p.timestamp)
                 for topic in request.topics
@@ -214,7 +215,7 @@ class KsiFilter(ProxyFilter):
     ) -> ResponseAction:
         """Merge cold partitions into Fetch responses; lower ListOffsets answers to the
         coldset's where it holds older records."""
-        if header.request_api_key == FETCH:
+        if header.request_api_key == ApiKey.FETCH:
             pending = self._fetches.pop(header.correlation_id, None)
             if pending is None:
                 return Forward(response)

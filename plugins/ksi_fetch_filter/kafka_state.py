@@ -8,15 +8,12 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from bergstream.core.proxy.codec import build, field_entity_type
+from bergstream.core.api import ApiKey, build, build_request, field_entity_type, request_schema
 
 SendRequest = Callable[[Any], Awaitable[Any]]
 
-METADATA = 3
-LIST_OFFSETS = 2
 #: ListOffsets timestamps with a special meaning.
 LATEST = -1
 EARLIEST = -2
@@ -47,8 +44,10 @@ class TopicIds:
         if not missing or time.monotonic() - self._refreshed < self._min_refresh:
             return
         self._refreshed = time.monotonic()
-        schema = load_request_schema(METADATA, _METADATA_VERSION)
-        response = await send(build(schema, topics=None, allow_auto_topic_creation=False))
+        request = build_request(
+            ApiKey.METADATA, _METADATA_VERSION, topics=None, allow_auto_topic_creation=False
+        )
+        response = await send(request)
         for topic in response.topics:
             if topic.error_code == ErrorCode.none and topic.name and topic.topic_id:
                 self.learn(topic.topic_id, topic.name)
@@ -78,7 +77,7 @@ class EndOffsets:
                 ask.setdefault(topic, []).append(partition)
         if not ask:
             return out
-        schema = load_request_schema(LIST_OFFSETS, _LIST_OFFSETS_VERSION)
+        schema = request_schema(ApiKey.LIST_OFFSETS, _LIST_OFFSETS_VERSION)
         topic_type = field_entity_type(schema, "topics")
         partition_type = field_entity_type(topic_type, "partitions")
         request = build(

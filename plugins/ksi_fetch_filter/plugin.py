@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from bergstream.core.hookspecs import hookimpl
-from bergstream.core.registrations import FilterRegistration
+from bergstream.core.api import FilterRegistration, hookimpl
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
 from bergstream.plugins.ksi_fetch_filter.filter import KsiFactory
 

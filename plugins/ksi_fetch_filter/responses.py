@@ -12,10 +12,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
-from bergstream.core.proxy.codec import build, field_entity_type, field_names, response_schema
+from bergstream.core.api import ApiKey, build, field_entity_type, field_names, response_schema
 
-FETCH = 1
-LIST_OFFSETS = 2
 TopicRef = str | uuid.UUID
 _NO_WAIT = i32Timedelta.parse(datetime.timedelta(0))
 
@@ -64,7 +62,7 @@ def _topic_key(topic_type: type[Any], ref: TopicRef) -> dict[str, Any]:
 
 def build_fetch_response(version: int, cold: dict[TopicRef, list[ColdPartition]]) -> Any:
     """A whole Fetch response made of KSI's partitions (no fetch session)."""
-    response_type = response_schema(FETCH, version)
+    response_type = response_schema(ApiKey.FETCH, version)
     topic_type = field_entity_type(response_type, "responses")
     partition_type = field_entity_type(topic_type, "partitions")
     topics = tuple(

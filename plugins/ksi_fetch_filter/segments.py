@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bergstream.core.records import Record
+from bergstream.core.api import Record
 
 #: Columns a segment reads (the row contract's names).
 READ_COLUMNS = (

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import NoSuchNamespaceError
 
-from bergstream.core.lake import ResolvedLake, load_catalog
+from bergstream.core.api import ResolvedLake, load_catalog
 from bergstream.plugins.ksi_fetch_filter.cache import ByteBoundedCache
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdRead, ColdsetError, ColdTable, FileRef
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig

@@ -1,5 +1,6 @@
-"""The example third-party plugin runs bergstream's conformance suite from its own pytest (its
-own rootdir and config, as in its repository), and registers its cache backend."""
+"""The example third-party plugin runs its own tests (bergstream's cache conformance suite and
+filter test kit) from its own pytest (its own rootdir and config, as in its repository), and each
+of its capabilities registers on its own."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from bergstream.core.backends import ServiceContext
+from bergstream.core.api import ServiceContext, load_registry
 from tests.support import REPO
 
 EXAMPLE = REPO / "examples" / "plugin-example"
 
 
-def test_the_example_plugin_passes_the_conformance_suite_from_its_own_pytest(
+def test_the_example_plugin_passes_its_own_tests_from_its_own_pytest(
     tmp_path: Path,
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -38,19 +39,23 @@ def test_the_example_plugin_passes_the_conformance_suite_from_its_own_pytest(
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "16 passed" in result.stdout, result.stdout
+    # 16 cache conformance checks, 2 of the cache's registration, 3 Produce versions through
+    # the filter and 1 of its registration.
+    assert "22 passed" in result.stdout, result.stdout
 
 
-def test_the_example_plugin_registers_its_cache_and_keeps_its_filter(tmp_path: Path) -> None:
+def test_each_capability_of_the_example_plugin_registers_on_its_own(tmp_path: Path) -> None:
     sys.path.insert(0, str(EXAMPLE))
     try:
-        import bergstream_example_plugin as example
+        from bergstream_example_plugin.add_header_filter import plugin as add_header
+        from bergstream_example_plugin.sqlite_cache import plugin as sqlite_cache
 
-        from bergstream.core.plugins import load_registry
-
-        registry = load_registry([example], entry_points=False)
+        filters = load_registry([add_header], entry_points=False)
+        assert filters.get("filter", "add-header").name == "add-header"
+        assert filters.registrations("cache backend") == {}
+        registry = load_registry([sqlite_cache], entry_points=False)
+        assert registry.registrations("filter") == {}
         registration = registry.get("cache backend", "example-sqlite")
-        assert registry.get("filter", "add-header").name == "add-header"
         config = registration.config_model.model_validate({"path": str(tmp_path / "c.db")})
         fake: Any = SimpleNamespace()
         context = ServiceContext(config=fake, plugins=fake, home=tmp_path)

@@ -57,16 +57,23 @@ def test_plugin_is_discovered(plugin_path):
         check=True,
     ).stdout
     plugins = {p["name"]: p for p in json.loads(out)}
-    example = plugins["example"]
-    assert example["distribution"] == "bergstream-example-plugin"
-    assert example["version"] == "0.1.0"
-    assert {"kind": "filter", "name": "add-header"} in example["registers"]
-    assert "register_filters" in example["hooks"]
+    # One distribution, one plugin (entry point) per capability.
+    add_header, sqlite_cache = plugins["example_add_header"], plugins["example_sqlite_cache"]
+    for example in (add_header, sqlite_cache):
+        assert example["distribution"] == "bergstream-example-plugin"
+        assert example["version"] == "0.1.0"
+    assert add_header["registers"] == [{"kind": "filter", "name": "add-header"}]
+    assert add_header["hooks"] == ["register_filters"]
+    assert sqlite_cache["registers"] == [{"kind": "cache backend", "name": "example-sqlite"}]
+    assert sqlite_cache["hooks"] == ["register_cache_backends"]
 
     without = subprocess.run(
         [BERGSTREAM, "plugins", "--json"], capture_output=True, text=True, check=True
     ).stdout
-    assert "example" not in {p["name"] for p in json.loads(without)}
+    assert not {p["name"] for p in json.loads(without)} & {
+        "example_add_header",
+        "example_sqlite_cache",
+    }
 
 
 def test_plugin_config_is_validated(plugin_path, tmp_path):

@@ -17,7 +17,7 @@ from bergstream.core.kafka_wire.record_batch import (
 )
 from bergstream.core.records import BatchInfo, Record, build_batch, read_records
 from bergstream.core.row_contract import record_to_row
-from bergstream.plugins.isk_gateway.batch_decoder import (
+from bergstream.plugins.isk_gateway.files.batch_decoder import (
     SynthesisError,
     batch_bounds,
     decode_batches,
@@ -183,6 +183,6 @@ def test_any_spoiled_record_bytes_decode_as_the_record_format_says(data: st.Data
 
 
 def test_warm_up_decodes_its_own_batch() -> None:
-    from bergstream.plugins.isk_gateway.batch_decoder import warm_up
+    from bergstream.plugins.isk_gateway.files.batch_decoder import warm_up
 
     warm_up()  # raises SynthesisError if its hand-made batch were wrong

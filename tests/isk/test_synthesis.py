@@ -30,7 +30,7 @@ from bergstream.core.row_contract import (
     SORT_ORDER,
     record_to_row,
 )
-from bergstream.plugins.isk_gateway.synthesis import (
+from bergstream.plugins.isk_gateway.files.synthesis import (
     SynthesisError,
     parquet_bytes,
     records_to_table,

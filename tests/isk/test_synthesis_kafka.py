@@ -13,7 +13,7 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import TopicPartition
 
 from bergstream.core.records import split_batches
-from bergstream.plugins.isk_gateway.synthesis import records_to_table
+from bergstream.plugins.isk_gateway.files.synthesis import records_to_table
 from tests.support import consume_rows
 
 pytestmark = pytest.mark.slow

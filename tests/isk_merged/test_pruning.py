@@ -18,10 +18,10 @@ from prometheus_client import REGISTRY
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
 from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
 from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpService
-from bergstream.plugins.isk_gateway.tables.files import FileStore
+from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
-from bergstream.plugins.isk_gateway.tables.kafka_reader import KafkaReader
 from bergstream.plugins.isk_gateway.tables.router import NamespaceRouter
+from bergstream.plugins.isk_gateway.tables.store import FileStore
 
 pytestmark = pytest.mark.slow
 

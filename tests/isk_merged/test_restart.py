@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
-from bergstream.plugins.isk_gateway.tables.data_synthesizer import layout_name
+from bergstream.plugins.isk_gateway.files.hotset_layout import layout_name
 from bergstream.plugins.isk_gateway.tables.paths import DAY
 from tests.isk_e2e.helpers import ACCESS_KEY, SECRET_KEY, Gateway, produce, start_gateway
 from tests.support import consume_rows, sort_rows

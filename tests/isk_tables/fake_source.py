@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from bergstream.core.records import BatchInfo, Record, build_batch
-from bergstream.plugins.isk_gateway.provider import NoSuchTable
-from bergstream.plugins.isk_gateway.tables.kafka_reader import FetchedRange, PartitionOffsets
+from bergstream.plugins.isk_gateway.kafka.reader import FetchedRange, PartitionOffsets
+from bergstream.plugins.isk_gateway.tables.provider import NoSuchTable
 
 DAY_MS = 86_400_000
 

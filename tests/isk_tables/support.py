@@ -10,9 +10,9 @@ from pyiceberg.catalog.noop import NoopCatalog
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadataV2
 
-from bergstream.plugins.isk_gateway.provider import LoadedTable
-from bergstream.plugins.isk_gateway.tables.fileio import KeyFileIO
+from bergstream.plugins.isk_gateway.files.fileio import KeyFileIO
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
+from bergstream.plugins.isk_gateway.tables.provider import LoadedTable
 
 
 def open_table(provider: HotsetProvider, loaded: LoadedTable, loop: asyncio.AbstractEventLoop):

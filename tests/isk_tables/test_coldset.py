@@ -11,8 +11,8 @@ from typing import Any
 from bergstream.core.row_contract import CREATE_TIME
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
 from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider
-from bergstream.plugins.isk_gateway.tables.files import FileStore
 from bergstream.plugins.isk_gateway.tables.paths import COLDSET, MERGED
+from bergstream.plugins.isk_gateway.tables.store import FileStore
 from tests.ksi.coldset_kit import make_lake, make_record, write_cold
 
 

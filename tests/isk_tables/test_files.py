@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
-from bergstream.plugins.isk_gateway.tables import files
-from bergstream.plugins.isk_gateway.tables.files import FileStore
+from bergstream.plugins.isk_gateway.tables import store as store_module
+from bergstream.plugins.isk_gateway.tables.store import FileStore
 
 
 class SlowCache(LocalDiskCache):
@@ -40,7 +40,7 @@ async def test_write_behind_serves_pending_files_and_flush_writes_them(tmp_path:
 
 
 async def test_too_many_pending_bytes_make_keep_wait(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(files, "_PENDING_BYTES", 10)
+    monkeypatch.setattr(store_module, "_PENDING_BYTES", 10)
     cache = SlowCache(tmp_path)
     store = FileStore(cache, cache_prefix="p")
     await store.keep("a", b"12345678", write_behind=True)
@@ -65,7 +65,7 @@ async def test_a_failing_put_is_dropped_not_raised(tmp_path: Path) -> None:
 
 
 async def test_write_behind_waits_for_a_pause_in_builds(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(files, "_QUIET_SECONDS", 0.5)
+    monkeypatch.setattr(store_module, "_QUIET_SECONDS", 0.5)
     cache = LocalDiskCache(tmp_path, 1 << 20)
     store = FileStore(cache)
     for i in range(4):  # a burst: one file every 0.1 s

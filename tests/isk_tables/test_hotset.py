@@ -14,11 +14,11 @@ import pytest
 from bergstream.core.row_contract import CREATE_TIME, record_to_row
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
 from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
-from bergstream.plugins.isk_gateway.provider import NoSuchFile, NoSuchNamespace, NoSuchTable
-from bergstream.plugins.isk_gateway.tables.data_synthesizer import layout_name
-from bergstream.plugins.isk_gateway.tables.files import FileStore
+from bergstream.plugins.isk_gateway.files.hotset_layout import layout_name
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from bergstream.plugins.isk_gateway.tables.paths import key_from_uri, parse_key
+from bergstream.plugins.isk_gateway.tables.provider import NoSuchFile, NoSuchNamespace, NoSuchTable
+from bergstream.plugins.isk_gateway.tables.store import FileStore
 from tests.isk_tables.fake_source import DAY_MS, FakeLog
 from tests.isk_tables.support import scan_rows
 
@@ -316,7 +316,7 @@ async def test_a_cancelled_reader_does_not_fail_the_readers_waiting_for_it(
 async def test_configured_synthesizers_build_missing_files_first(
     tmp_path: Path, log: FakeLog
 ) -> None:
-    from bergstream.plugins.isk_gateway.tables.data_synthesizer import HotsetDataSynthesizer
+    from bergstream.plugins.isk_gateway.files.hotset_parquet import HotsetDataSynthesizer
 
     class Counting(HotsetDataSynthesizer):
         built: list[str] = []
@@ -362,7 +362,7 @@ async def test_sequential_cold_reads_build_the_next_file_ahead(
 
     async def settle() -> None:
         for _ in range(50):
-            if not fresh._read_ahead_tasks:
+            if not fresh.files._read_ahead_tasks:
                 return
             await asyncio.sleep(0.01)
 

@@ -11,8 +11,8 @@ import pytest
 
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
 from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
+from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
-from bergstream.plugins.isk_gateway.tables.kafka_reader import KafkaReader
 from tests.isk_tables.support import scan_rows
 from tests.support import consume_rows
 

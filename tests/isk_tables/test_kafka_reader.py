@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from bergstream.plugins.isk_gateway.provider import NoSuchTable
-from bergstream.plugins.isk_gateway.synthesis import records_to_table
-from bergstream.plugins.isk_gateway.tables.kafka_reader import KafkaReader
+from bergstream.plugins.isk_gateway.files.synthesis import records_to_table
+from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
+from bergstream.plugins.isk_gateway.tables.provider import NoSuchTable
 
 pytestmark = pytest.mark.slow
 

@@ -11,13 +11,10 @@ from pyiceberg.types import LongType, TimestamptzType
 
 from bergstream.core.backends import ChunkEntry
 from bergstream.core.row_contract import OFFSET_ID, TIMESTAMP_ID
-from bergstream.plugins.isk_gateway.tables.fileio import BytesInputFile
-from bergstream.plugins.isk_gateway.tables.metadata import (
-    build_table,
-    chunk_bounds,
-    snapshot_id_of,
-    sync_marker,
-)
+from bergstream.plugins.isk_gateway.files.data_files import chunk_bounds
+from bergstream.plugins.isk_gateway.files.digests import sync_marker
+from bergstream.plugins.isk_gateway.files.fileio import BytesInputFile
+from bergstream.plugins.isk_gateway.files.table_metadata import build_table, snapshot_id_of
 from bergstream.plugins.isk_gateway.tables.paths import key_from_uri, parse_key
 
 US = 1_700_000_000_000_000

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from bergstream.plugins.isk_gateway.provider import NoSuchFile
 from bergstream.plugins.isk_gateway.tables.paths import (
     DataKey,
     ManifestKey,
@@ -15,6 +14,7 @@ from bergstream.plugins.isk_gateway.tables.paths import (
     parse_key,
     table_location,
 )
+from bergstream.plugins.isk_gateway.tables.provider import NoSuchFile
 
 DIGEST = "0123456789abcdef0123456789abcdef"
 

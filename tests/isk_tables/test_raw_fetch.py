@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 import pytest
 
-from bergstream.plugins.isk_gateway.tables.raw_fetch import FetchConnections, FetchError
+from bergstream.plugins.isk_gateway.kafka.raw_fetch import FetchConnections, FetchError
 
 Reply = Callable[[int], bytes]
 

@@ -1,11 +1,10 @@
 """Helpers of the KSI tests: coldset tables written with PyIceberg (no Spark), in the row
-contract, and a fake filter context."""
+contract. The filter runs on the public test kit's ``FakeFilterContext``."""
 
 from __future__ import annotations
 
-import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -99,22 +98,3 @@ def write_cold(
 def ksi_config_model(lake: ResolvedLake) -> BergstreamConfig:
     """A config holding only the lake (what the filter factory reads)."""
     return BergstreamConfig(lake=lake.config)
-
-
-class FakeContext:
-    """A :class:`~bergstream.core.proxy.api.FilterContext` whose out-of-band requests go to
-    ``responder``."""
-
-    def __init__(self, responder: Callable[[Any], Awaitable[Any]]) -> None:
-        self.responder = responder
-        self.sent: list[Any] = []
-        self.virtual_cluster = "test"
-        self.client_address = "127.0.0.1:1"
-        self.connection_id = 1
-        self.node_id = 0
-        self.log = logging.LoggerAdapter(logging.getLogger("tests.ksi"), {})
-
-    async def send_request(self, request: Any, *, timeout: float = 30.0) -> Any:
-        """Record and answer an out-of-band request."""
-        self.sent.append(request)
-        return await self.responder(request)

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from bergstream.core.api import ApiKey, FakeFilterContext
 from bergstream.core.lake import ResolvedLake
 from bergstream.core.plugins import PluginRegistry
 from bergstream.core.proxy.api import ErrorResponse, FilterFactoryContext, Forward, ShortCircuit
@@ -22,12 +22,13 @@ from bergstream.core.proxy.codec import (
     field_entity_type,
     field_names,
     make_request_header,
+    request_schema,
     response_schema,
 )
 from bergstream.core.records import read_records, split_batches
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
 from bergstream.plugins.ksi_fetch_filter.filter import KsiFactory, KsiFilter, KsiSetupError
-from tests.ksi.coldset_kit import FakeContext, ksi_config_model, make_lake, make_record, write_cold
+from tests.ksi.coldset_kit import ksi_config_model, make_lake, make_record, write_cold
 
 TOPIC = "orders"
 TOPIC_ID = uuid.UUID(int=42)
@@ -65,7 +66,7 @@ def _factory(
 async def _upstream(request: Any) -> Any:
     """Kafka's side of out-of-band requests: Metadata (topic ids) and ListOffsets LATEST."""
     schema = response_schema(request.__api_key__, request.__version__)
-    if request.__api_key__ == 3:
+    if request.__api_key__ == ApiKey.METADATA:
         topic_type = field_entity_type(schema, "topics")
         return build(schema, topics=(build(topic_type, name=TOPIC, topic_id=TOPIC_ID),))
     topic_type = field_entity_type(schema, "topics")
@@ -100,7 +101,7 @@ def _make(entity_type: type[Any], **values: Any) -> Any:
 def _fetch(
     version: int, offsets: dict[int, int], max_bytes: int = 10**8, topic: str = TOPIC
 ) -> tuple[Any, Any]:
-    schema = load_request_schema(1, version)
+    schema = request_schema(ApiKey.FETCH, version)
     topic_type = field_entity_type(schema, "topics")
     partition_type = field_entity_type(topic_type, "partitions")
     request = _make(
@@ -127,12 +128,12 @@ def _fetch(
             ),
         ),
     )
-    return make_request_header(1, version, 11, "client"), request
+    return make_request_header(ApiKey.FETCH, version, 11, "client"), request
 
 
 def _kafka_fetch_response(version: int, partitions: dict[int, int], topic: str = TOPIC) -> Any:
     """Kafka's answer: each partition with the error code given."""
-    schema = response_schema(1, version)
+    schema = response_schema(ApiKey.FETCH, version)
     topic_type = field_entity_type(schema, "responses")
     partition_type = field_entity_type(topic_type, "partitions")
     return _make(
@@ -167,7 +168,7 @@ def _records(partition: Any) -> list[Any]:
 async def test_a_cold_fetch_is_answered_from_the_coldset(lake: ResolvedLake, version: int) -> None:
     factory = _factory(lake)
     await factory.start()
-    context = FakeContext(_upstream)
+    context = FakeFilterContext(upstream=_upstream)
     header, request = _fetch(version, {0: 0, 1: 300})
     action = await KsiFilter(factory).on_request(header, request, context)
     assert isinstance(action, ShortCircuit)
@@ -186,7 +187,7 @@ async def test_a_cold_fetch_is_answered_from_the_coldset(lake: ResolvedLake, ver
 async def test_a_mixed_fetch_goes_half_upstream_and_comes_back_whole(lake: ResolvedLake) -> None:
     factory = _factory(lake)
     await factory.start()
-    context = FakeContext(_upstream)
+    context = FakeFilterContext(upstream=_upstream)
     ksi = KsiFilter(factory)
     header, request = _fetch(13, {0: 10, 1: 700})
     action = await ksi.on_request(header, request, context)
@@ -210,7 +211,9 @@ async def test_hot_fetches_and_other_topics_pass(lake: ResolvedLake) -> None:
     factory = _factory(lake)
     await factory.start()
     header, request = _fetch(12, {0: BOUNDARY, 1: 900})
-    action = await KsiFilter(factory).on_request(header, request, FakeContext(_upstream))
+    action = await KsiFilter(factory).on_request(
+        header, request, FakeFilterContext(upstream=_upstream)
+    )
     assert isinstance(action, Forward)
     assert action.payload.topics == request.topics
     await factory.close()
@@ -220,7 +223,9 @@ async def test_max_bytes_bounds_the_cold_answer(lake: ResolvedLake) -> None:
     factory = _factory(lake, batch_max_bytes=2048)
     await factory.start()
     header, request = _fetch(12, {0: 0, 1: 0}, max_bytes=5000)
-    action = await KsiFilter(factory).on_request(header, request, FakeContext(_upstream))
+    action = await KsiFilter(factory).on_request(
+        header, request, FakeFilterContext(upstream=_upstream)
+    )
     assert isinstance(action, ShortCircuit)
     sizes = [len(p.records) for t in action.response.responses for p in t.partitions]
     assert 0 < sum(sizes) <= 5000
@@ -228,7 +233,7 @@ async def test_max_bytes_bounds_the_cold_answer(lake: ResolvedLake) -> None:
 
 
 def _list_offsets(timestamps: dict[int, int], topic: str = TOPIC) -> tuple[Any, Any]:
-    schema = load_request_schema(2, 7)
+    schema = request_schema(ApiKey.LIST_OFFSETS, 7)
     topic_type = field_entity_type(schema, "topics")
     partition_type = field_entity_type(topic_type, "partitions")
     request = build(
@@ -245,11 +250,11 @@ def _list_offsets(timestamps: dict[int, int], topic: str = TOPIC) -> tuple[Any, 
             ),
         ),
     )
-    return make_request_header(2, 7, 5, "client"), request
+    return make_request_header(ApiKey.LIST_OFFSETS, 7, 5, "client"), request
 
 
 def _kafka_offsets(answers: dict[int, tuple[int, int]], topic: str = TOPIC) -> Any:
-    schema = response_schema(2, 7)
+    schema = response_schema(ApiKey.LIST_OFFSETS, 7)
     topic_type = field_entity_type(schema, "topics")
     partition_type = field_entity_type(topic_type, "partitions")
     return build(
@@ -272,7 +277,7 @@ async def test_list_offsets_earliest_and_by_time_reach_into_the_coldset(
 ) -> None:
     factory = _factory(lake)
     await factory.start()
-    context = FakeContext(_upstream)
+    context = FakeFilterContext(upstream=_upstream)
     ksi = KsiFilter(factory)
     wanted = make_record(123).timestamp
     header, request = _list_offsets({0: -2, 1: wanted})
@@ -297,7 +302,7 @@ async def test_a_failing_coldset_gives_retriable_errors_never_a_silent_skip(
 ) -> None:
     factory = _factory(lake, catalog_error=True)
     await factory.start()
-    context = FakeContext(_upstream)
+    context = FakeFilterContext(upstream=_upstream)
     ksi = KsiFilter(factory)
     header, request = _fetch(12, {0: 0})
     action = await ksi.on_request(header, request, context)
@@ -323,7 +328,7 @@ async def test_an_internal_failure_answers_a_retriable_error(lake: ResolvedLake)
         raise ConnectionError("upstream gone")
 
     header, request = _fetch(13, {0: 0})
-    action = await KsiFilter(factory).on_request(header, request, FakeContext(down))
+    action = await KsiFilter(factory).on_request(header, request, FakeFilterContext(upstream=down))
     assert isinstance(action, ErrorResponse)
     assert action.error_code == ErrorCode.kafka_storage_error
     await factory.close()
@@ -350,7 +355,7 @@ async def test_an_offset_below_the_coldset_goes_to_kafka(tmp_path: Path) -> None
     factory = _factory(lake)
     await factory.start()
     ksi = KsiFilter(factory)
-    context = FakeContext(_upstream)
+    context = FakeFilterContext(upstream=_upstream)
     header, request = _fetch(12, {0: 50})
     action = await ksi.on_request(header, request, context)
     assert isinstance(action, Forward)  # neither store may hold it: Kafka answers
@@ -371,7 +376,7 @@ async def test_a_topic_with_a_table_is_served_without_being_listed(
 ) -> None:
     factory = _factory(lake, topics=topics)
     await factory.start()
-    context = FakeContext(_upstream)
+    context = FakeFilterContext(upstream=_upstream)
     ksi = KsiFilter(factory)
     header, request = _fetch(version, {0: 0, 1: 300})
     action = await ksi.on_request(header, request, context)
@@ -390,7 +395,7 @@ async def test_a_topic_with_a_table_is_served_without_being_listed(
 async def test_without_topics_a_topic_without_a_table_passes_through(lake: ResolvedLake) -> None:
     factory = _factory(lake, topics=None)
     await factory.start()
-    context = FakeContext(_upstream)
+    context = FakeFilterContext(upstream=_upstream)
     ksi = KsiFilter(factory)
     header, request = _fetch(12, {0: 0}, topic="clicks")
     action = await ksi.on_request(header, request, context)
@@ -410,7 +415,7 @@ async def test_a_table_created_after_start_is_served_without_a_restart(tmp_path:
     lake = make_lake(tmp_path)
     factory = _factory(lake, topics=None, namespace_refresh_seconds=0.2)
     await factory.start()
-    context = FakeContext(_upstream)
+    context = FakeFilterContext(upstream=_upstream)
     ksi = KsiFilter(factory)
     header, request = _fetch(12, {0: 0})
     assert isinstance(await ksi.on_request(header, request, context), Forward)  # no table yet
@@ -428,7 +433,7 @@ async def test_without_topics_a_failing_catalog_gives_retriable_errors(
 ) -> None:
     factory = _factory(lake, catalog_error=True, topics=None)
     await factory.start()
-    context = FakeContext(_upstream)
+    context = FakeFilterContext(upstream=_upstream)
     ksi = KsiFilter(factory)
     header, request = _fetch(12, {0: 0, 1: 900})
     action = await ksi.on_request(header, request, context)

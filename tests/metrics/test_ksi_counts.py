@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bergstream.core.api import FakeFilterContext
 from bergstream.core.metrics import KSI_COLD_FETCHES, KSI_COLD_RECORDS
 from bergstream.core.proxy.api import Forward, ShortCircuit
 from bergstream.core.proxy.codec import decode_response, encode_response
 from bergstream.plugins.ksi_fetch_filter.filter import KsiFilter
-from tests.ksi.coldset_kit import FakeContext, make_lake, make_record, write_cold
+from tests.ksi.coldset_kit import make_lake, make_record, write_cold
 from tests.ksi.test_filter import BOUNDARY, TOPIC, _factory, _fetch, _records, _upstream
 
 
@@ -31,7 +32,9 @@ async def test_cold_partitions_and_their_records_are_counted(tmp_path: Path) -> 
     try:
         fetches, records = counted()
         header, request = _fetch(12, {0: 0, 1: 300})
-        action: Any = await KsiFilter(factory).on_request(header, request, FakeContext(_upstream))
+        action: Any = await KsiFilter(factory).on_request(
+            header, request, FakeFilterContext(upstream=_upstream)
+        )
         assert isinstance(action, ShortCircuit)
         _, response = decode_response(1, 12, encode_response(11, action.response)[4:])
         served = sum(len(_records(p)) for p in response.responses[0].partitions)
@@ -40,7 +43,9 @@ async def test_cold_partitions_and_their_records_are_counted(tmp_path: Path) -> 
 
         # Hot partitions (at or above the boundary) go to Kafka and are not counted.
         header, request = _fetch(12, {0: BOUNDARY, 1: BOUNDARY + 10})
-        action = await KsiFilter(factory).on_request(header, request, FakeContext(_upstream))
+        action = await KsiFilter(factory).on_request(
+            header, request, FakeFilterContext(upstream=_upstream)
+        )
         assert isinstance(action, Forward)
         assert counted() == (fetches + 2, records + served)
     finally:

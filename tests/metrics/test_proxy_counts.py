@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import pytest
-from kio.index import load_request_schema
 
+from bergstream.core.api import ApiKey
 from bergstream.core.metrics import PROXY_BYTES, PROXY_REQUESTS
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.api import ProxyFilter, ShortCircuit
@@ -21,7 +21,8 @@ from bergstream.core.proxy.server import ProxyServer
 from bergstream.core.proxy.stats import PUBLISH_SECONDS, api_label, cluster_stats
 from tests.proxy.proxy_testkit import FactoryOf, FakeBroker, cluster_config, response_for
 
-PRODUCE, METADATA, HEARTBEAT, LIST_GROUPS = 0, 3, 12, 16
+PRODUCE, METADATA = ApiKey.PRODUCE, ApiKey.METADATA
+HEARTBEAT, LIST_GROUPS = ApiKey.HEARTBEAT, ApiKey.LIST_GROUPS
 
 
 class AnswerHeartbeats(ProxyFilter):
@@ -35,7 +36,9 @@ class AnswerHeartbeats(ProxyFilter):
 
 @pytest.fixture
 async def proxy() -> AsyncIterator[ProxyServer]:
-    broker = await FakeBroker(handlers={LIST_GROUPS: lambda h, r: response_for(16, 4)}).start()
+    broker = await FakeBroker(
+        handlers={LIST_GROUPS: lambda h, r: response_for(LIST_GROUPS, 4)}
+    ).start()
     name = f"count-{uuid.uuid4().hex[:8]}"
     server = ProxyServer(
         cluster_config(broker.address, name=name), [FactoryOf(AnswerHeartbeats, name)]
@@ -53,7 +56,7 @@ def frame(request: Any, correlation_id: int, client_id: str = "metrics-test") ->
 
 
 def produce(acks: int) -> Any:
-    schema = load_request_schema(PRODUCE, 9)
+    schema = codec.request_schema(PRODUCE, 9)
     topic_type = codec.field_entity_type(schema, "topic_data")
     partition_type = codec.field_entity_type(topic_type, "partition_data")
     partition = codec.build(partition_type, index=0, records=b"")
@@ -73,7 +76,7 @@ def value(metric: Any, **labels: str) -> float:
 async def test_a_running_proxy_publishes_its_counts_by_itself(proxy: ProxyServer) -> None:
     cluster = proxy.cluster.name
     reader, writer = await asyncio.open_connection("127.0.0.1", proxy.cluster.gateway.port)
-    writer.write(frame(codec.build(load_request_schema(16, 4)), 1))
+    writer.write(frame(codec.build_request(LIST_GROUPS, 4), 1))
     await read_frame(reader)
     writer.close()
     deadline = asyncio.get_running_loop().time() + 10 * PUBLISH_SECONDS
@@ -83,12 +86,14 @@ async def test_a_running_proxy_publishes_its_counts_by_itself(proxy: ProxyServer
 
 
 async def test_stopping_publishes_what_is_left() -> None:
-    broker = await FakeBroker(handlers={LIST_GROUPS: lambda h, r: response_for(16, 4)}).start()
+    broker = await FakeBroker(
+        handlers={LIST_GROUPS: lambda h, r: response_for(LIST_GROUPS, 4)}
+    ).start()
     name = f"stop-{uuid.uuid4().hex[:8]}"
     server = ProxyServer(cluster_config(broker.address, name=name))
     await server.start()
     reader, writer = await asyncio.open_connection("127.0.0.1", server.cluster.gateway.port)
-    writer.write(frame(codec.build(load_request_schema(16, 4)), 1))
+    writer.write(frame(codec.build_request(LIST_GROUPS, 4), 1))
     await read_frame(reader)
     writer.close()
     await server.stop()  # at once, well within PUBLISH_SECONDS
@@ -116,10 +121,10 @@ async def test_every_request_and_response_path_is_counted(proxy: ProxyServer) ->
     port = proxy.cluster.gateway.port
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     sent = {
-        LIST_GROUPS: [frame(codec.build(load_request_schema(16, 4)), 1)],  # cut through
-        METADATA: [frame(codec.build(load_request_schema(3, 12)), 2)],  # filtered response
+        LIST_GROUPS: [frame(codec.build_request(LIST_GROUPS, 4), 1)],  # cut through
+        METADATA: [frame(codec.build_request(METADATA, 12), 2)],  # filtered response
         HEARTBEAT: [  # answered by a filter
-            frame(codec.build(load_request_schema(12, 4), group_id="g"), cid) for cid in (3, 4)
+            frame(codec.build_request(HEARTBEAT, 4, group_id="g"), cid) for cid in (3, 4)
         ],
         PRODUCE: [frame(produce(acks=0), 5), frame(produce(acks=1), 6)],  # one has no answer
     }
@@ -160,7 +165,7 @@ async def test_connection_logs_name_the_cluster_the_peer_and_the_client_id(
     with caplog.at_level(logging.DEBUG, logger="bergstream.proxy"):
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy.cluster.gateway.port)
         peer = "127.0.0.1:{}".format(writer.get_extra_info("sockname")[1])
-        writer.write(frame(codec.build(load_request_schema(3, 12)), 1, client_id="billing-7"))
+        writer.write(frame(codec.build_request(METADATA, 12), 1, client_id="billing-7"))
         await read_frame(reader)
         writer.close()
         await asyncio.sleep(0.2)

@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, unquote
 from aiohttp import web
 
 from bergstream.plugins.isk_gateway.http.logfields import client_fields
-from bergstream.plugins.isk_gateway.provider import (
+from bergstream.plugins.isk_gateway.tables.provider import (
     LoadedTable,
     NoSuchNamespace,
     NoSuchTable,

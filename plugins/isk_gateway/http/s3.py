@@ -21,7 +21,11 @@ from aiohttp import web
 
 from bergstream.plugins.isk_gateway.http.logfields import client_fields
 from bergstream.plugins.isk_gateway.http.sigv4 import SigV4Error, verify_sigv4
-from bergstream.plugins.isk_gateway.provider import NoSuchFile, ProviderUnavailable, TableProvider
+from bergstream.plugins.isk_gateway.tables.provider import (
+    NoSuchFile,
+    ProviderUnavailable,
+    TableProvider,
+)
 
 __all__ = ["S3Gateway", "object_etag"]
 

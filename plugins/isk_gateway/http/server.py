@@ -7,10 +7,10 @@ import re
 from aiohttp import web
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from bergstream.core.models import StrictModel
+from bergstream.core.api import StrictModel
 from bergstream.plugins.isk_gateway.http.catalog import CatalogSettings, RestCatalogApp
 from bergstream.plugins.isk_gateway.http.s3 import S3Gateway
-from bergstream.plugins.isk_gateway.provider import TableProvider
+from bergstream.plugins.isk_gateway.tables.provider import TableProvider
 
 __all__ = ["IskHttpConfig", "IskHttpService"]
 
@@ -66,7 +66,7 @@ class IskHttpConfig(StrictModel):
 
 
 class IskHttpService:
-    """A :class:`~bergstream.core.service.Service` serving the catalog and the S3 gateway."""
+    """A :class:`~bergstream.core.api.Service` serving the catalog and the S3 gateway."""
 
     name = "isk-http"
 

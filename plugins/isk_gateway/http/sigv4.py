@@ -4,28 +4,26 @@ The canonical request is rebuilt from what arrived on the wire: the path exactly
 arrive percent-encoded and S3 signers do not normalise or double-encode them), the query
 re-encoded per the SigV4 rules, the signed headers, and the payload hash the client declared
 (``x-amz-content-sha256``; presigned URLs use ``UNSIGNED-PAYLOAD``). The gateway is read-only,
-so no request body is ever consumed and the declared hash is taken as signed.
+so no request body is ever consumed and the declared hash is taken as signed. The signing steps
+themselves (canonical request, string to sign, key derivation) are core's ``sigv4`` primitives.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import hmac
 import re
 from collections.abc import Mapping
 from urllib.parse import quote, unquote
 
+from bergstream.core.api import sigv4
+
 __all__ = ["MAX_CLOCK_SKEW", "SigV4Error", "verify_sigv4"]
 
-ALGORITHM = "AWS4-HMAC-SHA256"
-UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 MAX_CLOCK_SKEW = dt.timedelta(minutes=15)
 MAX_PRESIGN_EXPIRES = 7 * 24 * 3600
 
 _AUTH_PARAM = re.compile(r"(\w+)=([^,]*)")
-_SPACES = re.compile(r"\s+")
 
 
 class SigV4Error(Exception):
@@ -52,11 +50,11 @@ def verify_sigv4(
     authorization = _header(headers, "authorization")
     if authorization is not None:
         credential, signed_headers, signature, amz_date = _from_header(authorization, headers)
-        payload_hash = _header(headers, "x-amz-content-sha256") or EMPTY_SHA256
+        payload_hash = _header(headers, "x-amz-content-sha256") or sigv4.EMPTY_SHA256
         expires = None
     else:
         query = dict(params)
-        if query.get("X-Amz-Algorithm") != ALGORITHM:
+        if query.get("X-Amz-Algorithm") != sigv4.ALGORITHM:
             raise SigV4Error("missing or unsupported signature")
         try:
             credential = query["X-Amz-Credential"]
@@ -67,7 +65,7 @@ def verify_sigv4(
         except (KeyError, ValueError) as exc:
             raise SigV4Error("incomplete presigned query") from exc
         params = [(k, v) for k, v in params if k != "X-Amz-Signature"]
-        payload_hash = _header(headers, "x-amz-content-sha256") or UNSIGNED_PAYLOAD
+        payload_hash = _header(headers, "x-amz-content-sha256") or sigv4.UNSIGNED_PAYLOAD
 
     parts = credential.split("/")
     if len(parts) != 5 or parts[4] != "aws4_request" or parts[3] != "s3":
@@ -76,7 +74,7 @@ def verify_sigv4(
     if not hmac.compare_digest(key_id.encode(), access_key.encode()):
         raise SigV4Error("unknown access key")
     try:
-        signed_at = dt.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
+        signed_at = dt.datetime.strptime(amz_date, sigv4.AMZ_DATE_FORMAT).replace(tzinfo=dt.UTC)
     except ValueError as exc:
         raise SigV4Error("malformed X-Amz-Date") from exc
     if amz_date[:8] != date_stamp:
@@ -93,40 +91,28 @@ def verify_sigv4(
     names = signed_headers.split(";")
     if "host" not in names:
         raise SigV4Error("host is not signed")
-    canonical_headers = ""
+    signed: list[tuple[str, str]] = []
     for name in names:
         value = _header(headers, name)
         if value is None:
             raise SigV4Error(f"signed header {name} missing")
-        canonical_headers += f"{name}:{_SPACES.sub(' ', value.strip())}\n"
+        signed.append((name, value))
     canonical_query = "&".join(
         f"{k}={v}" for k, v in sorted((_encode(k), _encode(v)) for k, v in params)
     )
-    canonical_request = "\n".join(
-        [
-            method.upper(),
-            raw_path or "/",
-            canonical_query,
-            canonical_headers,
-            signed_headers,
-            payload_hash,
-        ]
+    canonical = sigv4.canonical_request(method, raw_path, canonical_query, signed, payload_hash)
+    to_sign = sigv4.string_to_sign(
+        amz_date, sigv4.credential_scope(date_stamp, region, service), canonical
     )
-    scope = f"{date_stamp}/{region}/{service}/aws4_request"
-    string_to_sign = "\n".join(
-        [ALGORITHM, amz_date, scope, hashlib.sha256(canonical_request.encode()).hexdigest()]
-    )
-    key = _hmac(("AWS4" + secret_key).encode(), date_stamp)
-    for part in (region, service, "aws4_request"):
-        key = _hmac(key, part)
-    expected = hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
+    key = sigv4.signing_key(secret_key, date_stamp, region, service)
+    expected = sigv4.signature(key, to_sign)
     if not hmac.compare_digest(expected.encode(), signature.encode()):
         raise SigV4Error("signature does not match")
 
 
 def _from_header(authorization: str, headers: Mapping[str, str]) -> tuple[str, str, str, str]:
     algorithm, _, rest = authorization.strip().partition(" ")
-    if algorithm != ALGORITHM:
+    if algorithm != sigv4.ALGORITHM:
         raise SigV4Error("unsupported authorization scheme")
     fields = {k: v.strip() for k, v in _AUTH_PARAM.findall(rest)}
     try:
@@ -160,7 +146,3 @@ def _parse_query(raw_query: str) -> list[tuple[str, str]]:
 
 def _encode(text: str) -> str:
     return quote(text, safe="-_.~")
-
-
-def _hmac(key: bytes, msg: str) -> bytes:
-    return hmac.new(key, msg.encode(), hashlib.sha256).digest()

@@ -26,25 +26,18 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
 
-from bergstream.core.lake import ResolvedLake, load_catalog
-from bergstream.core.metrics import ISK_LOAD_TABLES
-from bergstream.core.row_contract import BOUNDARY_PROPERTY, Boundary, format_boundary
-from bergstream.core.row_contract import table_boundary as physical_boundary
-from bergstream.plugins.isk_gateway.provider import (
-    LoadedTable,
-    NoSuchFile,
-    NoSuchNamespace,
-    NoSuchTable,
-    ProviderUnavailable,
-    TableNotServable,
+from bergstream.core.api import (
+    BOUNDARY_PROPERTY,
+    ISK_LOAD_TABLES,
+    Boundary,
+    ResolvedLake,
+    format_boundary,
+    load_catalog,
 )
-from bergstream.plugins.isk_gateway.tables.files import FileStore
+from bergstream.core.api import table_boundary as physical_boundary
+from bergstream.plugins.isk_gateway.files.manifests import ManifestGroup
+from bergstream.plugins.isk_gateway.files.table_metadata import SnapshotPlan, build_metadata
 from bergstream.plugins.isk_gateway.tables.hotset import record_built
-from bergstream.plugins.isk_gateway.tables.metadata import (
-    ManifestGroup,
-    SnapshotPlan,
-    build_metadata,
-)
 from bergstream.plugins.isk_gateway.tables.paths import (
     COLDSET,
     MERGED,
@@ -52,6 +45,15 @@ from bergstream.plugins.isk_gateway.tables.paths import (
     parse_key,
     uri,
 )
+from bergstream.plugins.isk_gateway.tables.provider import (
+    LoadedTable,
+    NoSuchFile,
+    NoSuchNamespace,
+    NoSuchTable,
+    ProviderUnavailable,
+    TableNotServable,
+)
+from bergstream.plugins.isk_gateway.tables.store import FileStore
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog

@@ -14,35 +14,38 @@ import asyncio
 
 from pyiceberg.partitioning import PartitionSpec
 
-from bergstream.core.metrics import ISK_LOAD_TABLES, PIPELINE_LAG
-from bergstream.core.row_contract import (
+from bergstream.core.api import (
     BOUNDARY_PROPERTY,
+    ISK_LOAD_TABLES,
+    PIPELINE_LAG,
     ROW_SCHEMA,
     SORT_ORDER,
     RowContractError,
     check_schema,
     format_boundary,
 )
-from bergstream.plugins.isk_gateway.provider import (
+from bergstream.plugins.isk_gateway.files.data_files import (
+    chunks_timestamp_ms,
+    hotset_groups,
+    spec_for,
+    spec_unit,
+)
+from bergstream.plugins.isk_gateway.files.table_metadata import (
+    HOTSET_OFFSETS_PROPERTY,
+    SnapshotPlan,
+    build_metadata,
+    snapshot_id_of,
+)
+from bergstream.plugins.isk_gateway.kafka.reader import PartitionOffsets
+from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider, ColdSnapshot
+from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
+from bergstream.plugins.isk_gateway.tables.paths import DAY, HOUR, MERGED
+from bergstream.plugins.isk_gateway.tables.provider import (
     LoadedTable,
     NoSuchNamespace,
     NoSuchTable,
     TableNotServable,
 )
-from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider, ColdSnapshot
-from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
-from bergstream.plugins.isk_gateway.tables.kafka_reader import PartitionOffsets
-from bergstream.plugins.isk_gateway.tables.metadata import (
-    HOTSET_OFFSETS_PROPERTY,
-    SnapshotPlan,
-    build_metadata,
-    chunks_timestamp_ms,
-    hotset_groups,
-    snapshot_id_of,
-    spec_for,
-    spec_unit,
-)
-from bergstream.plugins.isk_gateway.tables.paths import DAY, HOUR, MERGED
 
 __all__ = ["MergedProvider"]
 
@@ -83,7 +86,7 @@ class MergedProvider:
                 raise
             offsets = {}
         boundary = cold.boundary if cold is not None else {}
-        chunks = await self.hotset.live_chunks(table, offsets, boundary)
+        chunks = await self.hotset.indexer.live_chunks(table, offsets, boundary)
         self._record_lag(table, offsets, boundary)
         hot_spec = self._hot_spec(table, cold)
         unit = self.hotset.unit

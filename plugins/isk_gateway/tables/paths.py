@@ -17,7 +17,7 @@ table's location), as aliases of the same hotset and coldset files.
 A data key is enough to rebuild its file from Kafka, a coldset file key to find it in the lake.
 Parsing is strict: anything that is not a key this module would write (leading zeros, an
 inverted range, an invalid date, a non-canonical topic encoding) raises
-:class:`~bergstream.plugins.isk_gateway.provider.NoSuchFile`.
+:class:`~bergstream.plugins.isk_gateway.tables.provider.NoSuchFile`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
-from bergstream.plugins.isk_gateway.provider import NoSuchFile
+from bergstream.plugins.isk_gateway.tables.provider import NoSuchFile
 
 __all__ = [
     "COLDSET",

@@ -1,4 +1,4 @@
-"""One :class:`~bergstream.plugins.isk_gateway.provider.TableProvider` over the three namespaces.
+"""One :class:`~.provider.TableProvider` over the three namespaces.
 
 Catalog calls go to the provider of their namespace; file calls to the provider of the key's
 namespace (every key names it, see :mod:`.paths`). A metadata file that is neither in memory nor
@@ -12,14 +12,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-from bergstream.plugins.isk_gateway.provider import (
-    LoadedTable,
-    NoSuchFile,
-    NoSuchNamespace,
-    TableProvider,
-)
-from bergstream.plugins.isk_gateway.tables.files import FileStore
 from bergstream.plugins.isk_gateway.tables.paths import (
     COLDSET,
     HOTSET,
@@ -28,11 +23,20 @@ from bergstream.plugins.isk_gateway.tables.paths import (
     key_namespace,
     parse_key,
 )
+from bergstream.plugins.isk_gateway.tables.provider import (
+    LoadedTable,
+    NoSuchFile,
+    NoSuchNamespace,
+    TableProvider,
+)
+from bergstream.plugins.isk_gateway.tables.store import FileStore
 
 __all__ = ["NamespaceRouter"]
 
 #: A table is reloaded to rebuild a missing metadata file at most this often.
 _RELOAD_SECONDS = 1.0
+
+T = TypeVar("T")
 
 
 class NamespaceRouter:
@@ -111,42 +115,37 @@ class NamespaceRouter:
             del self._reloading[table]
         return True
 
+    async def _from_provider(
+        self, key: str, call: Callable[[TableProvider, str], Awaitable[T]]
+    ) -> T:
+        """``call(provider, target)`` for the provider serving ``key``; a metadata file it does
+        not have is looked for once more after its table was reloaded (:meth:`_reload_for`)."""
+        provider, target, is_metadata = self._file_provider(key)
+        since = time.monotonic()
+        try:
+            return await call(provider, target)
+        except NoSuchFile:
+            if is_metadata and await self._reload_for(key, since):
+                return await call(provider, target)
+            raise
+
     async def file_size(self, key: str) -> int:
         """Size of the file at ``key``: listed by the table that named it (a merged alias is
         listed under its own key, so its size needs no build), or from its provider."""
         size = self.store.size(key)
         if size is not None:
             return size
-        provider, target, is_metadata = self._file_provider(key)
-        since = time.monotonic()
-        try:
-            return await provider.file_size(target)
-        except NoSuchFile:
-            if is_metadata and await self._reload_for(key, since):
-                return await provider.file_size(target)
-            raise
+        return await self._from_provider(key, lambda provider, target: provider.file_size(target))
 
     async def read_file(self, key: str) -> bytes:
         """The file at ``key``."""
-        provider, target, is_metadata = self._file_provider(key)
-        since = time.monotonic()
-        try:
-            return await provider.read_file(target)
-        except NoSuchFile:
-            if is_metadata and await self._reload_for(key, since):
-                return await provider.read_file(target)
-            raise
+        return await self._from_provider(key, lambda provider, target: provider.read_file(target))
 
     async def read_range(self, key: str, start: int, end: int) -> bytes | memoryview:
         """Bytes ``[start, end)`` of the file at ``key``."""
-        provider, target, is_metadata = self._file_provider(key)
-        since = time.monotonic()
-        try:
-            return await provider.read_range(target, start, end)
-        except NoSuchFile:
-            if is_metadata and await self._reload_for(key, since):
-                return await provider.read_range(target, start, end)
-            raise
+        return await self._from_provider(
+            key, lambda provider, target: provider.read_range(target, start, end)
+        )
 
     async def list_keys(self, prefix: str, limit: int) -> list[tuple[str, int]]:
         """Keys of every loaded table's current snapshot under ``prefix``."""

@@ -4,7 +4,8 @@ Uses aiokafka's low-level client for metadata, leader routing and ListOffsets, a
 connections of its own (:mod:`.raw_fetch`, one receive per response) for the bulk reads,
 ``read_committed``: the bytes returned are what a Fetch response's ``records`` field holds
 (batches as stored, aborted ones included) together with the aborted transactions the broker
-listed, exactly the input :mod:`..synthesis` expects.
+listed, exactly the input :mod:`..files.batch_decoder` expects. Where a fetch's complete
+batches end is read with :func:`..files.batch_decoder.batch_bounds` (headers only, no decoding).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from aiokafka.errors import KafkaError, for_code
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition
 
-from bergstream.plugins.isk_gateway.batch_decoder import batch_bounds, pooled_array
-from bergstream.plugins.isk_gateway.provider import NoSuchTable, ProviderUnavailable
-from bergstream.plugins.isk_gateway.tables.raw_fetch import FetchConnections, FetchError
+from bergstream.plugins.isk_gateway.files.batch_decoder import batch_bounds
+from bergstream.plugins.isk_gateway.kafka.buffers import pooled_array
+from bergstream.plugins.isk_gateway.kafka.raw_fetch import FetchConnections, FetchError
+from bergstream.plugins.isk_gateway.tables.provider import NoSuchTable, ProviderUnavailable
 
 __all__ = ["FetchedRange", "KafkaReader", "PartitionOffsets"]
 

@@ -8,7 +8,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 
-from bergstream.core.backends import CacheBackend
+from bergstream.core.api import CacheBackend
 
 __all__ = ["FileStore"]
 

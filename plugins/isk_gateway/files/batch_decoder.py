@@ -18,27 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
 
-from bergstream.core.kafka_wire.crc import crc32c
-from bergstream.core.kafka_wire.record_batch import (
-    COMPRESSION_CODEC_MASK,
-    CONTROL_FLAG_MASK,
-    CRC_START,
-    HEADER_SIZE,
-    LENGTH_OFFSET,
-    LOG_OVERHEAD,
-    MAGIC_OFFSET,
-    MAGIC_V2,
-    RECORDS_COUNT_OFFSET,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_FLAG_MASK,
-    CompressionType,
-    ControlRecordType,
-    control_record_type,
-    write_crc,
-    write_field,
-)
-from bergstream.core.row_contract import LOG_APPEND_TIME, ROW_ARROW_SCHEMA
-from bergstream.plugins.isk_gateway.batch_kernels import (
+from bergstream.core.api import LOG_APPEND_TIME, ROW_ARROW_SCHEMA, crc32c, record_batch
+from bergstream.plugins.isk_gateway.files.batch_kernels import (
     ATTRIBUTES,
     BASE_OFFSET,
     BASE_TIMESTAMP,
@@ -54,7 +35,7 @@ from bergstream.plugins.isk_gateway.batch_kernels import (
     decode_records,
     scan_batches,
 )
-from bergstream.plugins.isk_gateway.buffers import pooled_array
+from bergstream.plugins.isk_gateway.kafka.buffers import pooled_array
 
 __all__ = [
     "AbortedTransaction",
@@ -69,10 +50,10 @@ AbortedTransaction = tuple[int, int]
 
 _NO_END = np.iinfo(np.int64).max
 _DECOMPRESS = {
-    CompressionType.GZIP: gzip_decode,
-    CompressionType.SNAPPY: snappy_decode,
-    CompressionType.LZ4: lz4_decode,
-    CompressionType.ZSTD: zstd_decode,
+    record_batch.CompressionType.GZIP: gzip_decode,
+    record_batch.CompressionType.SNAPPY: snappy_decode,
+    record_batch.CompressionType.LZ4: lz4_decode,
+    record_batch.CompressionType.ZSTD: zstd_decode,
 }
 _HEADERS_TYPE: pa.DataType = ROW_ARROW_SCHEMA.field("kafka_headers").type
 _HEADER_STRUCT: pa.StructType = _HEADERS_TYPE.value_type
@@ -90,12 +71,12 @@ def _as_array(records: bytes | bytearray | memoryview) -> np.ndarray:
 def _scan(buf: np.ndarray) -> np.ndarray:
     batches = scan_batches(buf)
     if batches.shape[0]:
-        if batches[-1, MAGIC] != MAGIC_V2:
+        if batches[-1, MAGIC] != record_batch.MAGIC_V2:
             raise SynthesisError("not a v2 record batch (magic 2 needed, Kafka >= 0.11 clients)")
         view = memoryview(buf)
         computed = np.fromiter(
             (
-                crc32c(view[position + CRC_START : end])
+                crc32c(view[position + record_batch.CRC_START : end])
                 for position, end in zip(
                     batches[:, POSITION].tolist(), batches[:, END].tolist(), strict=True
                 )
@@ -117,7 +98,7 @@ def batch_bounds(
     """Base offsets, next offsets (last offset + 1) and end positions (bytes) of the complete
     v2 batches at the start of ``records``, without decoding their records or checking CRCs."""
     batches = scan_batches(_as_array(records))
-    if batches.shape[0] and batches[-1, MAGIC] != MAGIC_V2:
+    if batches.shape[0] and batches[-1, MAGIC] != record_batch.MAGIC_V2:
         batches = batches[:-1]
     base = batches[:, BASE_OFFSET]
     return base, base + batches[:, LAST_OFFSET_DELTA] + 1, batches[:, END]
@@ -125,13 +106,16 @@ def batch_bounds(
 
 def _is_abort_marker(buf: np.ndarray, batch: np.ndarray) -> bool:
     """Whether a control batch is an ABORT marker (its first record's key type is 0)."""
-    data = bytes(buf[batch[POSITION] + HEADER_SIZE : batch[END]])
-    codec = int(batch[ATTRIBUTES]) & COMPRESSION_CODEC_MASK
+    data = bytes(buf[batch[POSITION] + record_batch.HEADER_SIZE : batch[END]])
+    codec = int(batch[ATTRIBUTES]) & record_batch.COMPRESSION_CODEC_MASK
     if codec:
         data = _decompressed(data, codec, int(batch[BASE_OFFSET]))
     segments = np.array([[0, 0, len(data), 1, 0, 0, 0, 0, 0]], dtype=np.int64)
     key = _decode(_as_array(data), _as_array(b""), segments, 0, _NO_END).column("kafka_key")
-    return control_record_type(key[0].as_py() if len(key) else None) == ControlRecordType.ABORT
+    return (
+        record_batch.control_record_type(key[0].as_py() if len(key) else None)
+        == record_batch.ControlRecordType.ABORT
+    )
 
 
 def _kept_batches(
@@ -144,7 +128,7 @@ def _kept_batches(
     """The data batches a read_committed consumer returns that overlap the range."""
     attributes = batches[:, ATTRIBUTES]
     last_offsets = batches[:, BASE_OFFSET] + batches[:, LAST_OFFSET_DELTA]
-    control = (attributes & CONTROL_FLAG_MASK) != 0
+    control = (attributes & record_batch.CONTROL_FLAG_MASK) != 0
     keep = ~control & (last_offsets >= start_offset) & (batches[:, BASE_OFFSET] < end_offset)
     aborted = sorted((first, producer) for producer, first in aborted_transactions or ())
     if not aborted:
@@ -161,7 +145,10 @@ def _kept_batches(
         if control[index]:
             if _is_abort_marker(buf, batches[index]):
                 aborted_producers.discard(producer)
-        elif attributes[index] & TRANSACTIONAL_FLAG_MASK and producer in aborted_producers:
+        elif (
+            attributes[index] & record_batch.TRANSACTIONAL_FLAG_MASK
+            and producer in aborted_producers
+        ):
             keep[index] = False
     return batches[keep]
 
@@ -175,7 +162,7 @@ def _decompressed(data: bytes, codec: int, base_offset: int) -> bytes:
     except Exception as error:  # each codec library raises its own errors
         raise SynthesisError(
             f"record batch at offset {base_offset} does not decompress "
-            f"({CompressionType(codec).name.lower()}): {error}"
+            f"({record_batch.CompressionType(codec).name.lower()}): {error}"
         ) from error
 
 
@@ -184,9 +171,9 @@ def _segments(buf: np.ndarray, batches: np.ndarray) -> tuple[np.ndarray, np.ndar
     count = batches.shape[0]
     segments = np.empty((count, 9), dtype=np.int64)
     attributes = batches[:, ATTRIBUTES]
-    log_append = (attributes & TIMESTAMP_TYPE_MASK) != 0
+    log_append = (attributes & record_batch.TIMESTAMP_TYPE_MASK) != 0
     segments[:, 0] = 0
-    segments[:, 1] = batches[:, POSITION] + HEADER_SIZE
+    segments[:, 1] = batches[:, POSITION] + record_batch.HEADER_SIZE
     segments[:, 2] = batches[:, END]
     segments[:, 3] = batches[:, RECORD_COUNT]
     segments[:, 4] = batches[:, BASE_OFFSET]
@@ -194,7 +181,7 @@ def _segments(buf: np.ndarray, batches: np.ndarray) -> tuple[np.ndarray, np.ndar
     segments[:, 6] = batches[:, MAX_TIMESTAMP]
     segments[:, 7] = log_append
     segments[:, 8] = np.where(log_append, LOG_APPEND_TIME, 0)
-    compressed = np.flatnonzero(attributes & COMPRESSION_CODEC_MASK)
+    compressed = np.flatnonzero(attributes & record_batch.COMPRESSION_CODEC_MASK)
     if not compressed.size:
         return segments, _as_array(b"")
     bodies: list[bytes] = []
@@ -202,8 +189,8 @@ def _segments(buf: np.ndarray, batches: np.ndarray) -> tuple[np.ndarray, np.ndar
     for index in compressed:
         batch = batches[index]
         body = _decompressed(
-            buf[batch[POSITION] + HEADER_SIZE : batch[END]].tobytes(),
-            int(batch[ATTRIBUTES]) & COMPRESSION_CODEC_MASK,
+            buf[batch[POSITION] + record_batch.HEADER_SIZE : batch[END]].tobytes(),
+            int(batch[ATTRIBUTES]) & record_batch.COMPRESSION_CODEC_MASK,
             int(batch[BASE_OFFSET]),
         )
         bodies.append(body)
@@ -328,9 +315,11 @@ def warm_up() -> None:
     # record (length 6, attributes, timestamp delta, offset delta, null key, empty value, no
     # headers).
     record = bytes([12, 0, 0, 0, 1, 0, 0])
-    blob = bytearray(HEADER_SIZE) + record
-    write_field(blob, LENGTH_OFFSET, len(blob) - LOG_OVERHEAD)
-    write_field(blob, MAGIC_OFFSET, MAGIC_V2)
-    write_field(blob, RECORDS_COUNT_OFFSET, 1)
-    write_crc(blob)
+    blob = bytearray(record_batch.HEADER_SIZE) + record
+    record_batch.write_field(
+        blob, record_batch.LENGTH_OFFSET, len(blob) - record_batch.LOG_OVERHEAD
+    )
+    record_batch.write_field(blob, record_batch.MAGIC_OFFSET, record_batch.MAGIC_V2)
+    record_batch.write_field(blob, record_batch.RECORDS_COUNT_OFFSET, 1)
+    record_batch.write_crc(blob)
     decode_batches(bytes(blob), 0)

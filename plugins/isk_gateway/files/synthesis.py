@@ -25,8 +25,8 @@ from pyiceberg.io.pyarrow import (
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.typedef import Record as IcebergRecord
 
-from bergstream.core.row_contract import ROW_SCHEMA, SORT_ORDER
-from bergstream.plugins.isk_gateway.batch_decoder import (
+from bergstream.core.api import ROW_SCHEMA, SORT_ORDER
+from bergstream.plugins.isk_gateway.files.batch_decoder import (
     AbortedTransaction,
     SynthesisError,
     decode_batches,

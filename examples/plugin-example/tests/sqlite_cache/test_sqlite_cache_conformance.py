@@ -10,15 +10,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from bergstream_example_plugin.sqlite_cache import SqliteCache
+from bergstream_example_plugin.sqlite_cache.cache import SqliteCache
 
-from bergstream.core.testing.backends import (
-    CACHE_CHECKS,
-    CacheCase,
-    CacheCheck,
-    CacheConformance,
-    check_id,
-)
+from bergstream.core.api import CACHE_CHECKS, CacheCase, CacheCheck, CacheConformance, check_id
 
 
 def corrupt(location: Path, key: str) -> None:

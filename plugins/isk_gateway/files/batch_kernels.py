@@ -20,34 +20,34 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from bergstream.core.api import record_batch
+
 # Module-level ints: numba freezes them into the compiled code. Its on-disk cache is keyed on
 # this file only, which is fine as Kafka never changes the v2 layout.
-from bergstream.core.kafka_wire.record_batch import (
-    ATTRIBUTES_LENGTH,
-    ATTRIBUTES_OFFSET,
-    BASE_OFFSET_LENGTH,
-    BASE_OFFSET_OFFSET,
-    BASE_TIMESTAMP_LENGTH,
-    BASE_TIMESTAMP_OFFSET,
-    CRC_LENGTH,
-    CRC_OFFSET,
-    HEADER_SIZE,
-    LAST_OFFSET_DELTA_LENGTH,
-    LAST_OFFSET_DELTA_OFFSET,
-    LENGTH_LENGTH,
-    LENGTH_OFFSET,
-    LOG_OVERHEAD,
-    MAGIC_LENGTH,
-    MAGIC_OFFSET,
-    MAGIC_V2,
-    MAX_TIMESTAMP_LENGTH,
-    MAX_TIMESTAMP_OFFSET,
-    MIN_LENGTH,
-    PRODUCER_ID_LENGTH,
-    PRODUCER_ID_OFFSET,
-    RECORDS_COUNT_LENGTH,
-    RECORDS_COUNT_OFFSET,
-)
+ATTRIBUTES_LENGTH = record_batch.ATTRIBUTES_LENGTH
+ATTRIBUTES_OFFSET = record_batch.ATTRIBUTES_OFFSET
+BASE_OFFSET_LENGTH = record_batch.BASE_OFFSET_LENGTH
+BASE_OFFSET_OFFSET = record_batch.BASE_OFFSET_OFFSET
+BASE_TIMESTAMP_LENGTH = record_batch.BASE_TIMESTAMP_LENGTH
+BASE_TIMESTAMP_OFFSET = record_batch.BASE_TIMESTAMP_OFFSET
+CRC_LENGTH = record_batch.CRC_LENGTH
+CRC_OFFSET = record_batch.CRC_OFFSET
+HEADER_SIZE = record_batch.HEADER_SIZE
+LAST_OFFSET_DELTA_LENGTH = record_batch.LAST_OFFSET_DELTA_LENGTH
+LAST_OFFSET_DELTA_OFFSET = record_batch.LAST_OFFSET_DELTA_OFFSET
+LENGTH_LENGTH = record_batch.LENGTH_LENGTH
+LENGTH_OFFSET = record_batch.LENGTH_OFFSET
+LOG_OVERHEAD = record_batch.LOG_OVERHEAD
+MAGIC_LENGTH = record_batch.MAGIC_LENGTH
+MAGIC_OFFSET = record_batch.MAGIC_OFFSET
+MAGIC_V2 = record_batch.MAGIC_V2
+MAX_TIMESTAMP_LENGTH = record_batch.MAX_TIMESTAMP_LENGTH
+MAX_TIMESTAMP_OFFSET = record_batch.MAX_TIMESTAMP_OFFSET
+MIN_LENGTH = record_batch.MIN_LENGTH
+PRODUCER_ID_LENGTH = record_batch.PRODUCER_ID_LENGTH
+PRODUCER_ID_OFFSET = record_batch.PRODUCER_ID_OFFSET
+RECORDS_COUNT_LENGTH = record_batch.RECORDS_COUNT_LENGTH
+RECORDS_COUNT_OFFSET = record_batch.RECORDS_COUNT_OFFSET
 
 __all__ = [
     "BATCH_FIELDS",

@@ -1,11 +1,11 @@
 """``hotset-parquet``: the built-in file synthesizer of hotset data files, registered through the
 ``register_file_synthesizers`` hook like any third-party synthesizer.
 
-A data key (:mod:`.paths`) names a cluster, topic, partition, offset range and time bucket; the
-synthesizer reads exactly that range from Kafka (read_committed), checks that the range still
-exists and that every row lies in the key's bucket (a made-up key is refused, never answered with
-an empty file), and writes the rows as Parquet in the same layout the indexer wrote when it listed
-the file, so the bytes match the size in the manifest.
+A data key (:mod:`..tables.paths`) names a cluster, topic, partition, offset range and time
+bucket; the synthesizer reads exactly that range from Kafka (read_committed), checks that the
+range still exists and that every row lies in the key's bucket (a made-up key is refused, never
+answered with an empty file), and writes the rows in the Parquet layout the indexer wrote when it
+listed the file (:mod:`.hotset_layout`), so the bytes match the size in the manifest.
 """
 
 from __future__ import annotations
@@ -13,41 +13,34 @@ from __future__ import annotations
 import asyncio
 from typing import Literal, Protocol
 
-import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from bergstream.core.backends import ServiceContext
-from bergstream.core.metrics import ISK_KAFKA_READ_BYTES
-from bergstream.core.models import Bootstrap, StrictModel
-from bergstream.plugins.isk_gateway.provider import NoSuchFile, NoSuchTable
-from bergstream.plugins.isk_gateway.synthesis import (
+from bergstream.core.api import ISK_KAFKA_READ_BYTES, Bootstrap, ServiceContext, StrictModel
+from bergstream.plugins.isk_gateway.files.hotset_layout import parquet_layout, time_buckets
+from bergstream.plugins.isk_gateway.files.synthesis import (
     ParquetCompression,
     SynthesisError,
-    parquet_bytes,
     records_to_table,
 )
-from bergstream.plugins.isk_gateway.tables.kafka_reader import (
+from bergstream.plugins.isk_gateway.kafka.reader import (
     FetchedRange,
     KafkaReader,
     PartitionOffsets,
 )
-from bergstream.plugins.isk_gateway.tables.paths import DAY, UNIT_MICROS, DataKey, parse_key
+from bergstream.plugins.isk_gateway.tables.paths import DAY, DataKey, parse_key
+from bergstream.plugins.isk_gateway.tables.provider import NoSuchFile, NoSuchTable
 
 __all__ = [
-    "LAYOUT_VERSION",
     "HotsetDataSynthesizer",
     "HotsetDataSynthesizerConfig",
     "KafkaRanges",
     "create_hotset_data_synthesizer",
-    "layout_name",
-    "parquet_layout",
-    "time_buckets",
 ]
 
 
 class KafkaRanges(Protocol):
-    """What the synthesizer reads from Kafka (:class:`.kafka_reader.KafkaReader` implements it)."""
+    """What the synthesizer reads from Kafka (:class:`~..kafka.reader.KafkaReader` has it)."""
 
     async def offsets(self, topic: str) -> dict[int, PartitionOffsets]:
         """End offsets per partition; :class:`NoSuchTable` if the topic does not exist."""
@@ -56,34 +49,6 @@ class KafkaRanges(Protocol):
     async def fetch(self, topic: str, partition: int, start: int, end: int) -> FetchedRange:
         """Record batches covering ``[start, end)``, read_committed, with aborted transactions."""
         ...
-
-
-#: Bumped whenever the bytes written for the same rows change (a layout change must never serve
-#: a file whose size differs from the one an index entry or a cached manifest states).
-LAYOUT_VERSION = 2
-
-
-def layout_name(unit: str, compression: str) -> str:
-    """The name of the files a gateway writes: time unit, codec and :data:`LAYOUT_VERSION`.
-    Index entries and cache entries are kept under it, so gateways (or restarts) with other
-    settings never read each other's sizes or bytes."""
-    return f"{unit}.{compression}.v{LAYOUT_VERSION}"
-
-
-def parquet_layout(rows: pa.Table, compression: str = "snappy") -> memoryview:
-    """The Parquet bytes of ``rows``: one layout for the same rows however they were decoded or
-    sliced, so a file rebuilt from its key has the size its manifest entry states."""
-    return parquet_bytes(rows.combine_chunks(), compression)
-
-
-def time_buckets(table: pa.Table, unit: str) -> pa.Array:
-    """The UTC time bucket (days or hours since the epoch, rounded down) of each row's
-    ``kafka_timestamp``."""
-    micros = table.column("kafka_timestamp").cast(pa.int64())
-    size = pa.scalar(UNIT_MICROS[unit], pa.int64())
-    truncated = pc.divide(micros, size)  # integer division, rounding toward zero
-    below = pc.and_(pc.less(micros, 0), pc.not_equal(pc.multiply(truncated, size), micros))
-    return pc.subtract(truncated, pc.cast(below, pa.int64()))
 
 
 class HotsetDataSynthesizerConfig(StrictModel):

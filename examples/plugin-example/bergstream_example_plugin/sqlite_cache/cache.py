@@ -1,11 +1,12 @@
 """The ``example-sqlite`` cache backend: entries as rows of one SQLite file.
 
 Small enough to read in a minute, and still a complete
-:class:`~bergstream.core.backends.CacheBackend`: every row keeps a SHA-256 of its data, checked
+:class:`~bergstream.core.api.CacheBackend`: every row keeps a SHA-256 of its data, checked
 on every ``get`` (a corrupt row is deleted and reported as a miss); ``INSERT OR REPLACE`` in one
 transaction makes concurrent writers of one key harmless; WAL mode lets several processes (two
-gateways) share the file; and the file survives restarts. ``tests/test_conformance.py`` runs
-bergstream's conformance suite against it.
+gateways) share the file; and the file survives restarts.
+``tests/sqlite_cache/test_sqlite_cache_conformance.py`` runs bergstream's conformance suite
+against it.
 """
 
 from __future__ import annotations

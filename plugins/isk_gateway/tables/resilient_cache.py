@@ -26,8 +26,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from bergstream.core.backends import CacheBackend
-from bergstream.core.metrics import CACHE_REQUESTS
+from bergstream.core.api import CACHE_REQUESTS, CacheBackend
 
 __all__ = ["ResilientCache"]
 
@@ -38,7 +37,7 @@ _REFUSAL_LOG_SECONDS = 60.0
 
 
 class ResilientCache:
-    """A :class:`~bergstream.core.backends.CacheBackend` around another one whose failures
+    """A :class:`~bergstream.core.api.CacheBackend` around another one whose failures
     become misses, logged once per outage, with calls skipped while it is down."""
 
     def __init__(

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bergstream.core.kafka_wire.api_keys import ApiKey
-from bergstream.plugins.isk_gateway.buffers import pooled_array
+from bergstream.core.api import ApiKey
+from bergstream.plugins.isk_gateway.kafka.buffers import pooled_array
 
 __all__ = ["FetchConnections", "FetchError", "PartitionFetch"]
 

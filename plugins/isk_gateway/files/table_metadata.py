@@ -1,0 +1,249 @@
+"""Deterministic table metadata of one synthesized table: its manifests, manifest list, snapshot
+and ``TableMetadataV2``, from a :class:`SnapshotPlan`.
+
+The same plan gives byte-identical files: a hotset snapshot id is a hash of the state (positive
+int64, :func:`snapshot_id_of`), Avro sync markers are derived from each file's key instead of
+``os.urandom`` (:mod:`.manifests`), timestamps come from the data, and every key names its content
+(see :mod:`..tables.paths`). :func:`build_metadata` composes the steps: manifests, manifest list,
+snapshot, metadata; :func:`build_table` plans a hotset table from its chunks
+(:mod:`.data_files`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyiceberg.manifest import ManifestFile
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadataV2
+from pyiceberg.table.refs import SnapshotRef, SnapshotRefType
+from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotLogEntry, Summary
+from pyiceberg.table.sorting import SortOrder
+
+from bergstream.core.api import PARTITION_SPEC, ROW_SCHEMA, SORT_ORDER, ChunkEntry, format_boundary
+from bergstream.plugins.isk_gateway.files.data_files import (
+    BOUND_COLUMNS,
+    chunks_timestamp_ms,
+    hotset_groups,
+    spec_for,
+)
+from bergstream.plugins.isk_gateway.files.digests import state_digest
+from bergstream.plugins.isk_gateway.files.manifests import (
+    SEQUENCE_NUMBER,
+    ManifestGroup,
+    WrittenFile,
+    write_manifest,
+    write_manifest_list,
+)
+from bergstream.plugins.isk_gateway.tables.paths import (
+    DAY,
+    HOTSET,
+    MetadataKey,
+    table_location,
+    uri,
+)
+
+__all__ = [
+    "HOTSET_OFFSETS_PROPERTY",
+    "BuiltTable",
+    "SnapshotPlan",
+    "build_metadata",
+    "build_table",
+    "snapshot_id_of",
+]
+
+#: Snapshot summary key: next offset per partition the hotset snapshot covers, as JSON.
+HOTSET_OFFSETS_PROPERTY = "bergstream.hotset-offsets"
+
+_MAX_INT64 = 2**63 - 1
+_UUID_NAMESPACE = uuid.UUID("8f0e3c52-5d2e-4b8a-9a43-62a1c0d7b0f1")
+
+
+@dataclass(frozen=True)
+class BuiltTable:
+    """A table's metadata and every metadata file it references, by key."""
+
+    metadata_key: str
+    metadata_location: str
+    metadata: dict[str, Any]
+    files: dict[str, bytes]
+
+
+@dataclass(frozen=True)
+class SnapshotPlan:
+    """What one synthesized table holds: a single snapshot (or none) over ``groups``."""
+
+    namespace: str
+    topic: str
+    snapshot_id: int | None
+    timestamp_ms: int
+    groups: Sequence[ManifestGroup]
+    summary: Mapping[str, str]
+    schema: Schema = ROW_SCHEMA
+    specs: Sequence[PartitionSpec] = (PARTITION_SPEC,)
+    default_spec_id: int = PARTITION_SPEC.spec_id
+    sort_order: SortOrder = SORT_ORDER
+
+
+def _chunk_state(chunk: ChunkEntry) -> list[Any]:
+    bounds = {}
+    if chunk.row_count:  # a chunk without rows (aborted or control records only) has none
+        bounds = {name: [int(v) for v in chunk.bounds[name]] for name in BOUND_COLUMNS}
+    return [chunk.partition, chunk.start_offset, chunk.end_offset, chunk.row_count,
+            chunk.size_bytes, bounds]  # fmt: skip
+
+
+def snapshot_id_of(topic: str, chunks: Sequence[ChunkEntry], end_offsets: Mapping[int, int]) -> int:
+    """Positive int64 hashed from the state: the topic, its chunks and its end offsets."""
+    state = [
+        topic,
+        [_chunk_state(c) for c in sorted(chunks, key=lambda c: (c.partition, c.start_offset))],
+        sorted((int(p), int(o)) for p, o in end_offsets.items()),
+    ]
+    return int(state_digest(state)[:16], 16) & _MAX_INT64 or 1
+
+
+def _manifests(
+    bucket: str, cluster: str, plan: SnapshotPlan, snapshot_id: int
+) -> tuple[list[WrittenFile], list[ManifestFile]]:
+    """One manifest per group with files, and their entries for the manifest list."""
+    written: list[WrittenFile] = []
+    manifests: list[ManifestFile] = []
+    for group in plan.groups:
+        if not group.files:
+            continue
+        file, manifest = write_manifest(
+            bucket, cluster, plan.namespace, plan.topic, snapshot_id, group, plan.schema
+        )
+        written.append(file)
+        manifests.append(manifest)
+    return written, manifests
+
+
+def _snapshot(plan: SnapshotPlan, snapshot_id: int, manifest_list: str) -> Snapshot:
+    """The plan's one snapshot: every data file of its groups APPENDed, with the plan's summary
+    properties."""
+    all_files = [f for g in plan.groups for f in g.files]
+    rows = sum(f.record_count for f in all_files)
+    size = sum(f.file_size_in_bytes for f in all_files)
+    summary = Summary(
+        Operation.APPEND,
+        **{
+            "added-data-files": str(len(all_files)),
+            "added-records": str(rows),
+            "added-files-size": str(size),
+            "total-data-files": str(len(all_files)),
+            "total-records": str(rows),
+            "total-files-size": str(size),
+            "total-delete-files": "0",
+            "total-position-deletes": "0",
+            "total-equality-deletes": "0",
+            **plan.summary,
+        },
+    )
+    return Snapshot(
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=None,
+        sequence_number=SEQUENCE_NUMBER,
+        timestamp_ms=plan.timestamp_ms,
+        manifest_list=manifest_list,
+        summary=summary,
+        schema_id=plan.schema.schema_id,
+    )
+
+
+def _table_metadata(
+    bucket: str, cluster: str, plan: SnapshotPlan, snapshot: Snapshot | None
+) -> TableMetadataV2:
+    """The table's metadata: its schema, specs and sort order, and ``snapshot`` as the current
+    snapshot of ``main`` (none: an empty table)."""
+    ns, topic = plan.namespace, plan.topic
+    snapshots: list[Snapshot] = []
+    snapshot_log: list[SnapshotLogEntry] = []
+    refs: dict[str, SnapshotRef] = {}
+    if snapshot is not None:
+        snapshots.append(snapshot)
+        snapshot_log.append(
+            SnapshotLogEntry(snapshot_id=snapshot.snapshot_id, timestamp_ms=plan.timestamp_ms)
+        )
+        refs["main"] = SnapshotRef(
+            snapshot_id=snapshot.snapshot_id, snapshot_ref_type=SnapshotRefType.BRANCH
+        )
+    return TableMetadataV2(
+        location=table_location(bucket, cluster, topic, ns),
+        table_uuid=uuid.uuid5(_UUID_NAMESPACE, f"{cluster}/{ns}/{topic}"),
+        last_updated_ms=plan.timestamp_ms,
+        last_column_id=plan.schema.highest_field_id,
+        schemas=[plan.schema],
+        current_schema_id=plan.schema.schema_id,
+        partition_specs=list(plan.specs),
+        default_spec_id=plan.default_spec_id,
+        last_partition_id=max(
+            [field.field_id for spec in plan.specs for field in spec.fields] or [999]
+        ),
+        properties={},
+        current_snapshot_id=plan.snapshot_id,
+        snapshots=snapshots,
+        snapshot_log=snapshot_log,
+        metadata_log=[],
+        sort_orders=[plan.sort_order],
+        default_sort_order_id=plan.sort_order.order_id,
+        refs=refs,
+        last_sequence_number=SEQUENCE_NUMBER if plan.snapshot_id else 0,
+    )
+
+
+def build_metadata(bucket: str, cluster: str, plan: SnapshotPlan) -> BuiltTable:
+    """Metadata JSON, manifest list and manifests of ``plan`` (deterministic: the same plan gives
+    byte-identical files). Every manifest entry is ADDED by the one snapshot."""
+    files: dict[str, bytes] = {}
+    snapshot: Snapshot | None = None
+    if plan.snapshot_id is not None:
+        written, manifests = _manifests(bucket, cluster, plan, plan.snapshot_id)
+        manifest_list = write_manifest_list(
+            bucket, cluster, plan.namespace, plan.topic, plan.snapshot_id, manifests
+        )
+        for file in [*written, manifest_list]:
+            files[file.key] = file.data
+        snapshot = _snapshot(plan, plan.snapshot_id, uri(bucket, manifest_list.key))
+    text = _table_metadata(bucket, cluster, plan, snapshot).model_dump_json(
+        by_alias=True, exclude_none=True
+    )
+    metadata_key = MetadataKey(cluster, plan.topic, plan.snapshot_id or 0, plan.namespace).key
+    files[metadata_key] = text.encode()
+    return BuiltTable(
+        metadata_key=metadata_key,
+        metadata_location=uri(bucket, metadata_key),
+        metadata=json.loads(text),
+        files=files,
+    )
+
+
+def build_table(
+    bucket: str,
+    cluster: str,
+    topic: str,
+    chunks: Sequence[ChunkEntry],
+    end_offsets: Mapping[int, int],
+    unit: str = DAY,
+) -> BuiltTable:
+    """Metadata of the hotset table of ``topic``: one snapshot listing every chunk with rows (one
+    manifest per Kafka partition), or no snapshot when no chunk has rows. ``end_offsets`` (next
+    offset per partition the chunks cover, e.g. the last stable offsets) enter the snapshot id
+    and the summary; chunks are cut and partitioned by ``unit`` (day or hour)."""
+    with_rows = any(c.row_count for c in chunks)
+    plan = SnapshotPlan(
+        namespace=HOTSET,
+        topic=topic,
+        snapshot_id=snapshot_id_of(topic, chunks, end_offsets) if with_rows else None,
+        timestamp_ms=chunks_timestamp_ms(chunks),
+        groups=hotset_groups(bucket, cluster, chunks, HOTSET, unit),
+        summary={HOTSET_OFFSETS_PROPERTY: format_boundary(end_offsets)},
+        specs=(spec_for(unit),),
+    )
+    return build_metadata(bucket, cluster, plan)

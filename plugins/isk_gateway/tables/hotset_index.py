@@ -1,0 +1,260 @@
+"""The hotset's indexer: brings a topic's chunk index up to date and plans its chunks.
+
+A partition's log, from its log start (or a floor: the coldset's boundary) up to its last stable
+offset, is cut into chunks of up to ``chunk_records`` offsets, each cut again where the time
+bucket of its rows changes (:func:`..files.hotset_layout.build_chunk`). A *sealed* chunk (one that
+ends before the last stable offset, or holds ``chunk_records`` offsets) never changes: it is read
+from Kafka read_committed once, synthesized, kept in the file store and indexed with its exact
+Parquet size and bounds. The unsealed tail is synthesized too but not indexed; it is remembered
+in memory so the next load with the same end reads nothing, and re-chunked once Kafka has more.
+
+Two callers: :meth:`HotsetIndexer.live_chunks` (LoadTable: every chunk a snapshot lists, indexing
+new sealed ones on the way) and :meth:`HotsetIndexer.index_topic` (one bounded step of the
+background indexer, :mod:`.background_index`). A long build logs a progress line every few
+seconds. Index entries are kept under the topic and the layout name (:func:`index_topic_name`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from bergstream.core.api import (
+    INDEX_LAG,
+    ISK_KAFKA_READ_BYTES,
+    ISK_SYNTHESIZED_BYTES,
+    ChunkEntry,
+    IndexBackend,
+)
+from bergstream.plugins.isk_gateway.files.data_files import chunk_key
+from bergstream.plugins.isk_gateway.files.hotset_layout import build_chunk, layout_name
+from bergstream.plugins.isk_gateway.kafka.reader import FetchedRange, PartitionOffsets
+from bergstream.plugins.isk_gateway.tables.paths import DAY, HOUR, UNIT_MICROS
+from bergstream.plugins.isk_gateway.tables.store import FileStore
+
+__all__ = ["HotsetIndexer", "IndexStep", "KafkaSource", "index_topic_name"]
+
+log = logging.getLogger("bergstream.isk.index")
+
+#: Seconds between two progress lines of a long index build.
+_PROGRESS_SECONDS = 5.0
+
+
+@dataclass
+class IndexStep:
+    """What one background indexing step of a topic found and did, in offsets."""
+
+    missing: int = 0  # not in the index before the step (up to the last stable offset)
+    indexed: int = 0  # indexed by the step
+    behind: int = 0  # sealed offsets still to index after it (the unsealed tail left out)
+
+
+class KafkaSource(Protocol):
+    """What the hotset reads from Kafka (:class:`~..kafka.reader.KafkaReader` has it)."""
+
+    async def topics(self) -> list[str]:
+        """Topic names, internal topics left out."""
+        ...
+
+    async def offsets(self, topic: str) -> dict[int, PartitionOffsets]:
+        """End offsets per partition; :class:`NoSuchTable` if the topic does not exist."""
+        ...
+
+    async def fetch(self, topic: str, partition: int, start: int, end: int) -> FetchedRange:
+        """Record batches covering ``[start, end)``, read_committed, with aborted transactions."""
+        ...
+
+
+def index_topic_name(topic: str, layout: str) -> str:
+    """The name a topic's chunks are indexed under, with the layout: chunks cut by hours are
+    other chunks than those cut by days, and a file's size depends on its codec ('#' is not
+    allowed in Kafka topic names, so none collides)."""
+    return f"{topic}#{layout}"
+
+
+class HotsetIndexer:
+    """Keeps the chunk index of one cluster's topics up to date and lists their live chunks."""
+
+    def __init__(
+        self,
+        source: KafkaSource,
+        index: IndexBackend,
+        store: FileStore,
+        cluster: str,
+        chunk_records: int = 100_000,
+        unit: str = DAY,
+        compression: str = "snappy",
+        parallel_partitions: int = 2,
+        memory_files: int = 4096,
+    ) -> None:
+        if chunk_records <= 0:
+            raise ValueError(f"chunk_records must be > 0, got {chunk_records}")
+        if unit not in UNIT_MICROS:
+            raise ValueError(f"unit must be {DAY} or {HOUR}, got {unit!r}")
+        self.source = source
+        self.index = index
+        self.store = store
+        self.cluster = cluster
+        self.chunk_records = chunk_records
+        self.unit = unit
+        self.compression = compression
+        self.layout = layout_name(unit, compression)
+        self._parallel = asyncio.Semaphore(max(parallel_partitions, 1))
+        self._memory_files = memory_files
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._recent_chunks: OrderedDict[tuple[str, int, int, int], ChunkEntry] = OrderedDict()
+
+    async def live_chunks(
+        self,
+        topic: str,
+        offsets: Mapping[int, PartitionOffsets],
+        floors: Mapping[int, int] | None = None,
+    ) -> list[ChunkEntry]:
+        """The chunks covering each partition from ``max(log start, floors[p])`` up to its last
+        stable offset, indexing the new sealed ones on the way."""
+        lock = self._locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            found = await asyncio.gather(
+                *(
+                    self._refresh_limited(topic, offsets[p], (floors or {}).get(p, 0))
+                    for p in sorted(offsets)
+                )
+            )
+        return [chunk for chunks in found for chunk in chunks]
+
+    async def index_topic(self, topic: str, max_chunks: int = 8) -> IndexStep:
+        """One step of the background indexer for ``topic``: index up to ``max_chunks`` new
+        sealed chunks per partition (so a large backlog does not hold up other topics)."""
+        offsets = await self.source.offsets(topic)
+        step = IndexStep()
+        lock = self._locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            for partition, part in sorted(offsets.items()):
+                end = part.last_stable
+                indexed = await self._indexed(topic, partition, part.log_start)
+                position = max([c.end_offset for c in indexed] + [part.log_start])
+                if position >= end:
+                    continue
+                step.missing += end - position
+                step_end = min(end, position + max_chunks * self.chunk_records)
+                await self._chunks(topic, partition, position, step_end, index=True)
+                now = await self._indexed(topic, partition, position)
+                reached = max([c.end_offset for c in now] + [position])
+                step.indexed += reached - position
+                if step_end < end:  # more sealed chunks to come; the tail never is
+                    step.behind += end - reached
+                INDEX_LAG.labels(self.cluster, topic, str(partition)).set(end - reached)
+        return step
+
+    async def _refresh_limited(
+        self, topic: str, offsets: PartitionOffsets, floor: int
+    ) -> list[ChunkEntry]:
+        """:meth:`_refresh`, with at most ``parallel_partitions`` partitions at once."""
+        async with self._parallel:
+            return await self._refresh(topic, offsets, floor)
+
+    async def _indexed(self, topic: str, partition: int, start: int) -> list[ChunkEntry]:
+        """Indexed chunks of a partition overlapping ``[start, ...)``, in offset order."""
+        found = await asyncio.to_thread(
+            self.index.chunks, index_topic_name(topic, self.layout), partition, start
+        )
+        return [dataclasses.replace(chunk, topic=topic) for chunk in found]
+
+    async def _refresh(
+        self, topic: str, offsets: PartitionOffsets, floor: int = 0
+    ) -> list[ChunkEntry]:
+        """Index new sealed chunks of one partition from ``max(log start, floor)``; return its
+        live chunks from there, tail included."""
+        partition, end = offsets.partition, offsets.last_stable
+        start = min(max(offsets.log_start, floor), end)
+        indexed = await self._indexed(topic, partition, start)
+        chunks: list[ChunkEntry] = []
+        position = start
+        for chunk in indexed:
+            # Cut by retention or the floor, overlapping, or past the end: not served as is.
+            if chunk.start_offset < position or chunk.end_offset > end:
+                continue
+            if chunk.start_offset > position:  # a range the index does not cover: serve it
+                chunks += await self._chunks(
+                    topic, partition, position, chunk.start_offset, index=False
+                )
+            chunks.append(chunk)
+            position = chunk.end_offset
+        tail = await self._chunks(topic, partition, position, end, index=True)
+        sealed_end = max([c.end_offset for c in tail if c.end_offset < end] + [position])
+        INDEX_LAG.labels(self.cluster, topic, str(partition)).set(max(end - sealed_end, 0))
+        return chunks + tail
+
+    async def _chunks(
+        self, topic: str, partition: int, start: int, end: int, index: bool
+    ) -> list[ChunkEntry]:
+        """Synthesize and cache the chunks of ``[start, end)``; index the sealed ones (a chunk
+        ending before ``end``, or holding ``chunk_records`` offsets) if ``index``. The next
+        chunk's records are fetched from Kafka while this one is built."""
+        chunks: list[ChunkEntry] = []
+        position = start
+        last_report = time.monotonic()
+        prefetch: tuple[tuple[int, int], asyncio.Task[FetchedRange]] | None = None
+        try:
+            while position < end:
+                if index and time.monotonic() - last_report > _PROGRESS_SECONDS:
+                    last_report = time.monotonic()
+                    log.info(
+                        "isk: indexing %s[%d]: offset %d of %d (%.0f%%)",
+                        topic, partition, position, end, 100 * (position - start) / (end - start),
+                    )  # fmt: skip
+                memo_key = (topic, partition, position, end)
+                known = self._recent_chunks.get(memo_key)
+                if known is not None:  # the same unsealed chunk as a recent load: nothing to read
+                    chunks.append(known)
+                    position = known.end_offset
+                    continue
+                high = min(position + self.chunk_records, end)
+                if prefetch is not None and prefetch[0] == (position, high):
+                    fetched = await prefetch[1]
+                else:
+                    if prefetch is not None:
+                        prefetch[1].cancel()
+                    fetched = await self._fetch(topic, partition, position, high)
+                prefetch = None
+                if high < end:  # the next chunk starts at ``high`` unless a time cut ends this one
+                    following = (high, min(high + self.chunk_records, end))
+                    task = asyncio.create_task(self._fetch(topic, partition, *following))
+                    prefetch = (following, task)
+                # Decoding and Parquet writing are CPU work: keep them off the event loop.
+                chunk, data = await asyncio.to_thread(
+                    build_chunk,
+                    topic, partition, position, high, fetched, self.unit, self.compression,
+                )  # fmt: skip
+                sealed = chunk.end_offset < end or chunk.end_offset - position == self.chunk_records
+                if chunk.row_count:
+                    ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
+                    await self.store.keep(chunk_key(self.cluster, chunk, self.unit).key, data)
+                if sealed and index:
+                    stored = dataclasses.replace(chunk, topic=index_topic_name(topic, self.layout))
+                    await asyncio.to_thread(self.index.put_chunks, [stored])
+                else:
+                    self._recent_chunks[memo_key] = chunk
+                    while len(self._recent_chunks) > self._memory_files:
+                        self._recent_chunks.popitem(last=False)
+                chunks.append(chunk)
+                position = chunk.end_offset
+        finally:
+            if prefetch is not None:
+                prefetch[1].cancel()
+                with contextlib.suppress(BaseException):
+                    await prefetch[1]
+        return chunks
+
+    async def _fetch(self, topic: str, partition: int, start: int, end: int) -> FetchedRange:
+        """Records of ``[start, end)`` from Kafka, counted as read for indexing."""
+        fetched = await self.source.fetch(topic, partition, start, end)
+        ISK_KAFKA_READ_BYTES.labels(self.cluster, "index").inc(len(fetched.records))
+        return fetched
