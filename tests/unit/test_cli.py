@@ -107,7 +107,7 @@ def test_stack_and_quickstart_come_from_the_devstack_plugin():
     assert devstack["hooks"] == ["register_commands"]
     for args, expected in (
         (["stack", "--help"], ["down", "env", "status", "up"]),
-        (["stack", "up", "--help"], ["--component [kafka|s3|redis]"]),
+        (["stack", "up", "--help"], ["--component [kafka|s3|redis|schema-registry]"]),
         (["quickstart", "--help"], ["--records", "--cold-fraction", "--proxy-port"]),
     ):
         done = subprocess.run([BERGSTREAM, *args], capture_output=True, text=True, timeout=60)
@@ -133,6 +133,7 @@ def test_stack_commands_on_a_home_without_a_stack(tmp_path):
         "redis": False,
         "s3": False,
         "kafka": False,
+        "schema-registry": False,
     }
     missing = bergstream("stack", "env")
     assert missing.returncode == 1
