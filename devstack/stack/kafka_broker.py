@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -14,7 +12,6 @@ import struct
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
@@ -194,24 +191,13 @@ def libs_ready(paths: StackPaths) -> bool:
     return sentinel.read_text().strip() == digest and (root / "libs").is_dir()
 
 
-@contextlib.contextmanager
-def _cache_lock(paths: StackPaths) -> Iterator[None]:
-    paths.cache.mkdir(parents=True, exist_ok=True)
-    with open(paths.cache / f"kafka-{KAFKA_VERSION}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def ensure_kafka_libs(paths: StackPaths | None = None) -> Path:
     """Make sure Kafka's jars are in ``<cache>/kafka-<version>/libs`` (resolving the pinned pom
     with ``mvn dependency:copy-dependencies`` the first time) and return that directory."""
     paths = paths or StackPaths.resolve()
     root = kafka_dir(paths)
     if not libs_ready(paths):
-        with _cache_lock(paths):
+        with paths.cache_lock(f"kafka-{KAFKA_VERSION}"):
             if not libs_ready(paths):
                 _download_libs(paths, root)
     _write_if_changed(root / "config" / "tools-log4j2.xml", _TOOLS_LOG4J2)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,3 +64,14 @@ class StackPaths:
         """Create home, logs and cache directories if missing."""
         for directory in (self.home, self.logs, self.cache):
             directory.mkdir(parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def cache_lock(self, name: str) -> Iterator[None]:
+        """Hold ``cache/<name>.lock`` exclusively: one process at a time fills a download."""
+        self.cache.mkdir(parents=True, exist_ok=True)
+        with open(self.cache / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)

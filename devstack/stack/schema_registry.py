@@ -7,15 +7,12 @@ database, so they are gone when it stops.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import shutil
 import subprocess
 import tarfile
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 from .paths import StackError, StackPaths
@@ -68,23 +65,12 @@ def registry_ready(paths: StackPaths) -> bool:
     )
 
 
-@contextlib.contextmanager
-def _cache_lock(paths: StackPaths) -> Iterator[None]:
-    paths.cache.mkdir(parents=True, exist_ok=True)
-    with open(paths.cache / f"apicurio-registry-{APICURIO_VERSION}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def ensure_registry(paths: StackPaths | None = None) -> Path:
     """Make sure Apicurio Registry is unpacked in ``registry_dir`` (downloading its tarball with
     ``mvn dependency:copy`` the first time) and return the path of its runner jar."""
     paths = paths or StackPaths.resolve()
     if not registry_ready(paths):
-        with _cache_lock(paths):
+        with paths.cache_lock(f"apicurio-registry-{APICURIO_VERSION}"):
             if not registry_ready(paths):
                 _download(paths, registry_dir(paths))
     return registry_dir(paths) / _RUNNER
