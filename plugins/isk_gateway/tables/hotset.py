@@ -75,14 +75,12 @@ class HotsetProvider:
         compression: str = "snappy",
     ) -> None:
         self.source = source
-        self.index = index
         self.cache = cache
         self.bucket = bucket
         self.cluster = cluster
         self.unit = unit
-        self.compression = compression
-        self.layout = layout_name(unit, compression)
-        self.store = store if store is not None else FileStore(cache, cache_prefix=self.layout)
+        layout = layout_name(unit, compression)
+        self.store = store if store is not None else FileStore(cache, cache_prefix=layout)
         self.indexer = HotsetIndexer(
             source,
             index,
@@ -100,6 +98,16 @@ class HotsetProvider:
             cluster,
             synthesizers or [HotsetDataSynthesizer(source, cluster, unit, compression)],
         )
+
+    @property
+    def index(self) -> IndexBackend:
+        """The chunk index the indexer keeps."""
+        return self.indexer.index
+
+    @property
+    def layout(self) -> str:
+        """The layout name (time unit, codec, version) index and cache entries are kept under."""
+        return self.indexer.layout
 
     # ------------------------------------------------------------------ catalog
 
