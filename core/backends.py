@@ -6,14 +6,20 @@ in a worker thread. Each factory receives its validated config model and a :clas
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+import pyarrow as pa
+
 if TYPE_CHECKING:
+    from pyiceberg.types import IcebergType
+
     from bergstream.core.config import BergstreamConfig
     from bergstream.core.plugins import PluginRegistry
+    from bergstream.core.schema_registry import RegisteredSchema, SchemaReference
 
 
 @dataclass(frozen=True)
@@ -78,27 +84,58 @@ class IndexBackend(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class DecodedValue:
-    """A record value split into columns; ``schema_id`` lets the codec rebuild exact bytes."""
-
-    schema_id: int | None
-    fields: Mapping[str, Any]
+class SchemaNotExpressible(ValueError):
+    """A registered schema a value codec cannot map to Iceberg columns (a recursive Avro record,
+    a decimal wider than 38 digits, ...): records written with it stay raw, with this message as
+    their cause."""
 
 
-class ValueDecodeError(ValueError):
-    """A value the codec cannot decode; callers keep such values raw, never drop them."""
+@dataclass
+class DecodedValues:
+    """What :meth:`ValueCodec.decode` made of a batch of payloads, row ``i`` from payload ``i``.
+
+    ``values`` has the Arrow type of the codec's Iceberg type for the schema (see
+    :func:`bergstream.core.row_contract.arrow_type`) and is null where the payload did not decode.
+    ``keep_bytes[i]`` says the original bytes must be kept beside the columns: the payload did not
+    decode, or re-encoding the decoded value would not give the same bytes. ``errors[i]`` says why
+    a payload did not decode (``None`` when it did).
+    """
+
+    values: pa.Array
+    keep_bytes: np.ndarray
+    errors: list[str | None]
 
 
 class ValueCodec(Protocol):
-    """Turns record values of a topic into columns and back, byte for byte."""
+    """Turns Kafka record values (or keys) written with a registered schema into typed columns and
+    back, byte for byte. Payloads reach it without the Confluent framing (magic byte and schema
+    id); anything after the schema id (Protobuf's message indexes) is the codec's to read.
 
-    def decode(self, topic: str, value: bytes) -> DecodedValue:
-        """Split ``value`` into columns; raise :class:`ValueDecodeError` if it does not decode."""
+    Codecs must be picklable: the lake pipeline ships them to Spark's Python workers.
+    """
+
+    #: The registry schema types it reads (``"AVRO"``, ``"JSON"``, ``"PROTOBUF"``); empty for a
+    #: codec that keeps values raw.
+    schema_types: tuple[str, ...]
+
+    def iceberg_type(
+        self, schema: RegisteredSchema, resolve: Callable[[SchemaReference], RegisteredSchema]
+    ) -> IcebergType:
+        """The Iceberg type of a whole value written with ``schema`` (a struct's fields become
+        columns); ``resolve`` fetches referenced schemas. Field ids may be placeholders, unique
+        within the type: the table layout assigns the real ones by path. Raise
+        :class:`SchemaNotExpressible` if Iceberg cannot hold such values."""
         ...
 
-    def encode(self, topic: str, value: DecodedValue) -> bytes:
-        """Rebuild the exact bytes :meth:`decode` was given."""
+    def decode(self, schema: RegisteredSchema, payloads: pa.Array) -> DecodedValues:
+        """Decode ``payloads`` (``large_binary``, no nulls, framing stripped) written with
+        ``schema``; never raises for a bad payload (that row fails, with its cause)."""
+        ...
+
+    def encode(self, schema: RegisteredSchema, values: pa.Array) -> pa.Array:
+        """The canonical payloads (``large_binary``, framing not included) of ``values`` (the
+        Arrow type :meth:`decode` gives, no null rows): for a row that decoded with
+        ``keep_bytes`` false, exactly the bytes it was decoded from."""
         ...
 
 

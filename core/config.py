@@ -22,6 +22,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from bergstream.core.choices import ChoiceResolver, FilterChoice, ServiceChoice
+from bergstream.core.codecs_config import CodecsSettings, check_codecs, check_codecs_data
 from bergstream.core.lake import LakeConfig, LakeConfigError, resolve_lake
 from bergstream.core.models import Bootstrap, StrictModel
 from bergstream.core.problems import Loc, Problem, format_loc, pydantic_problems
@@ -209,6 +210,10 @@ class BergstreamConfig(StrictModel):
     logging: LoggingConfig = Field(
         default_factory=LoggingConfig, description="log format and level of bergstream run"
     )
+    codecs: CodecsSettings = Field(
+        default_factory=CodecsSettings,
+        description="which topics' values and keys become typed columns, and the Schema Registry",
+    )
     source: str = Field("<memory>", exclude=True, description="(internal) where it was loaded from")
     sections: dict[str, Any] = Field(
         default_factory=dict,
@@ -313,11 +318,13 @@ def _plugin_problems(
         resolver.resolve_tree(config, ())
     else:
         resolver.check_raw(BergstreamConfig, data, ())
+        resolver.problems.extend(check_codecs_data(data.get("codecs"), registry))
     sections, problems = check_sections(BergstreamConfig, data, registry)
     for name, settings in sections.items():
         resolver.resolve_tree(settings, tuple(name.split(".")))
     if config is not None:
         object.__setattr__(config, "sections", sections)
+        problems = [*problems, *check_codecs(config.codecs, registry)]
     return [*resolver.problems, *problems]
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "PIPELINE_LAG",
     "PROXY_BYTES",
     "PROXY_REQUESTS",
+    "UNDECODABLE_RECORDS",
 ]
 
 PROXY_REQUESTS = Counter(
@@ -72,4 +73,10 @@ PIPELINE_LAG = Gauge(
     "bergstream_pipeline_lag_offsets",
     "Kafka high watermark minus the coldset boundary (offsets not yet in the coldset)",
     ["cluster", "topic", "partition"],
+)
+UNDECODABLE_RECORDS = Counter(
+    "bergstream_undecodable_records",
+    "Record values (side=value) or keys (side=key) that did not decode and were kept as bytes "
+    "(component: pipeline, isk, ksi; cause: the cause's text up to its first colon)",
+    ["component", "topic", "side", "cause"],
 )

@@ -33,6 +33,7 @@ DUMMY_ENV = {
     "BERGSTREAM_S3_ACCESS_KEY": "access",
     "BERGSTREAM_S3_SECRET_KEY": "secret",
     "BERGSTREAM_S3_REGION": "us-east-1",
+    "BERGSTREAM_SCHEMA_REGISTRY_URL": "http://127.0.0.1:8081/apis/ccompat/v7",
 }
 
 _REQUIRED_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

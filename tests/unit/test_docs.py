@@ -328,18 +328,25 @@ def test_the_index_example_returns_overlapping_chunks_in_order() -> None:
     index.close()
 
 
-def test_the_codec_example_round_trips_exact_bytes_and_refuses_the_rest() -> None:
-    from bergstream.core.backends import ValueDecodeError
+def test_the_codec_example_decodes_keeps_odd_spellings_and_encodes_exact_bytes() -> None:
+    import pyarrow as pa
+
+    from bergstream.core.api import RegisteredSchema, SchemaNotExpressible
 
     registration, config = registered("register_value_codecs", "value codec")
     codec = registration.factory(config, context())
-    value = b'{"amount":12.5,"id":7}'
-    decoded = codec.decode("t", value)
-    assert decoded.fields == {"amount": 12.5, "id": 7}
-    assert codec.encode("t", decoded) == value
-    for raw in (b'{"id": 7}', b"[1]", b"\xff"):
-        with pytest.raises(ValueDecodeError):
-            codec.decode("t", raw)
+    schema = RegisteredSchema(
+        1, "JSON", '{"type":"object","properties":{"id":{"type":"integer"},"c":{"type":"string"}}}'
+    )
+    assert [f.name for f in codec.iceberg_type(schema, None).fields] == ["id", "c"]
+    payloads = [b'{"id":7,"c":"EUR"}', b'{"c": "x", "id": 1}', b"[1"]
+    decoded = codec.decode(schema, pa.array(payloads, pa.large_binary()))
+    assert decoded.values.to_pylist() == [{"id": 7, "c": "EUR"}, {"id": 1, "c": "x"}, None]
+    assert decoded.keep_bytes.tolist() == [False, True, True]
+    assert decoded.errors[0] is None and decoded.errors[2].startswith("not a JSON object")
+    assert codec.encode(schema, decoded.values.slice(0, 1)).to_pylist() == [payloads[0]]
+    with pytest.raises(SchemaNotExpressible):
+        codec.iceberg_type(RegisteredSchema(2, "JSON", '{"properties":{"a":{"type":"array"}}}'), None)
 
 
 async def test_the_service_example_starts_and_stops() -> None:

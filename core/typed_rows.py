@@ -1,0 +1,617 @@
+"""Rows of a typed table from row-contract rows and back, byte for byte (one rule, three users).
+
+:class:`TypedRows` turns Arrow rows with the row contract's columns (``kafka_value`` and
+``kafka_key`` holding the bytes Kafka has) into rows of a :class:`~bergstream.core.row_contract.
+TypedLayout`, and typed rows back into the exact bytes. The pipeline runs it in Spark's Python
+workers, ISK on the hotset's record batches, KSI on coldset row groups, so a record gets the same
+row wherever it is read.
+
+Per value (and per key, when its side is typed):
+
+- a null value is a tombstone: every typed column null, ``kafka_value`` null;
+- a value without Confluent framing (magic byte 0 and a 4-byte schema id) stays in
+  ``kafka_value`` with the cause ``no Confluent framing``;
+- otherwise the schema id picks the schema (the layout's versions, else the schema source) and
+  its codec decodes the payloads of all rows with that id at once; a payload that does not decode,
+  or whose schema has no codec or does not fit the table, stays in ``kafka_value`` with its cause;
+  one that decodes but would not re-encode to the same bytes keeps its bytes there too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+from pyiceberg.schema import Schema
+from pyiceberg.types import IcebergType, StructType
+
+from bergstream.core.backends import SchemaNotExpressible, ValueCodec
+from bergstream.core.metrics import UNDECODABLE_RECORDS
+from bergstream.core.row_contract import (
+    KEY_COLUMN_PREFIX,
+    KEY_ERROR_COLUMN,
+    KEY_SCHEMA_ID_COLUMN,
+    VALUE_ERROR_COLUMN,
+    VALUE_SCHEMA_ID_COLUMN,
+    LayoutVersion,
+    SideLayout,
+    TypedLayout,
+    arrow_type,
+    fits_layout,
+    typed_layout,
+)
+from bergstream.core.schema_registry import RegisteredSchema, SchemaNotFound, SchemaReference
+
+__all__ = [
+    "NO_FRAMING",
+    "DecodedRows",
+    "SchemaSource",
+    "SideCodecs",
+    "StoredSchemas",
+    "TopicCodecs",
+    "TypedRows",
+    "build_layout",
+    "frame_payloads",
+    "report_undecodable",
+    "split_framing",
+]
+
+NO_FRAMING = "no Confluent framing"
+_MAGIC = 0
+_HEADER = 5
+
+log = logging.getLogger("bergstream.typed_rows")
+
+
+class SchemaSource(Protocol):
+    """Where schemas come from: a :class:`~bergstream.core.schema_registry.SchemaRegistryClient`,
+    or :class:`StoredSchemas` (schemas fetched before, or kept in a table's properties)."""
+
+    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
+        """The schema with this id; raise ``SchemaNotFound`` or ``RegistryUnavailable``."""
+        ...
+
+    def subject_schemas(self, subject: str) -> list[RegisteredSchema]:
+        """Every version of ``subject``, ascending; ``[]`` when there is no such subject."""
+        ...
+
+
+@dataclass
+class StoredSchemas:
+    """A :class:`SchemaSource` over schemas already at hand (picklable, no network)."""
+
+    by_id: dict[int, RegisteredSchema] = field(default_factory=dict)
+
+    def add(self, schemas: Sequence[RegisteredSchema]) -> StoredSchemas:
+        """Keep ``schemas`` too; returns self."""
+        for schema in schemas:
+            self.by_id.setdefault(schema.schema_id, schema)
+        return self
+
+    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
+        """The stored schema with this id; ``SchemaNotFound`` when there is none."""
+        try:
+            return self.by_id[schema_id]
+        except KeyError:
+            raise SchemaNotFound(f"unknown schema id {schema_id}") from None
+
+    def subject_schemas(self, subject: str) -> list[RegisteredSchema]:
+        """The stored versions of ``subject``, ascending."""
+        found = [s for s in self.by_id.values() if s.subject == subject]
+        return sorted(found, key=lambda s: s.version or 0)
+
+
+@dataclass(frozen=True)
+class SideCodecs:
+    """The codecs of one side (values or keys) of a topic, by the schema types they read, and
+    the subject whose versions make the layout."""
+
+    codecs: Mapping[str, ValueCodec]
+    subject: str
+
+    def codec_for(self, schema: RegisteredSchema) -> ValueCodec | None:
+        """The codec reading ``schema``'s type, if any."""
+        return self.codecs.get(schema.schema_type.upper())
+
+
+@dataclass(frozen=True)
+class TopicCodecs:
+    """How a topic's values and keys become columns; ``None`` keeps that side raw."""
+
+    topic: str
+    value: SideCodecs | None
+    key: SideCodecs | None = None
+
+
+def _resolver(source: SchemaSource) -> Callable[[SchemaReference], RegisteredSchema]:
+    def resolve(reference: SchemaReference) -> RegisteredSchema:
+        versions = source.subject_schemas(reference.subject)
+        if reference.version in (None, -1) and versions:
+            return versions[-1]
+        for schema in versions:
+            if schema.version == reference.version:
+                return schema
+        raise SchemaNotFound(
+            f"schema reference {reference.name!r}: subject {reference.subject!r} has no "
+            f"version {reference.version}"
+        )
+
+    return resolve
+
+
+def _iceberg_type(
+    side: SideCodecs, schema: RegisteredSchema, source: SchemaSource
+) -> tuple[IcebergType | None, str | None]:
+    codec = side.codec_for(schema)
+    if codec is None:
+        return None, f"schema id {schema.schema_id} is {schema.schema_type}, no codec reads it"
+    try:
+        return codec.iceberg_type(schema, _resolver(source)), None
+    except SchemaNotExpressible as error:
+        return None, f"schema id {schema.schema_id} cannot be columns: {error}"
+
+
+def build_layout(
+    base: Schema,
+    last_column_id: int,
+    codecs: TopicCodecs | None,
+    source: SchemaSource,
+) -> TypedLayout:
+    """The layout of ``codecs.topic``'s table: ``base`` (its current schema; the row contract for
+    a new table) folded with the versions of the topic's value and key subjects read from
+    ``source`` (see :func:`~bergstream.core.row_contract.typed_layout`). Raises
+    ``RegistryUnavailable`` when the registry cannot be asked."""
+
+    def versions(side: SideCodecs | None) -> list[LayoutVersion] | None:
+        if side is None:
+            return None
+        out = []
+        for schema in source.subject_schemas(side.subject):
+            type_, problem = _iceberg_type(side, schema, source)
+            out.append(LayoutVersion(schema, type_, problem))
+        return out
+
+    if codecs is None:
+        return typed_layout(base, last_column_id, None, None)
+    return typed_layout(base, last_column_id, versions(codecs.value), versions(codecs.key))
+
+
+# --------------------------------------------------------------------------- framing
+
+
+def _binary(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    if array.type != pa.large_binary():
+        array = array.cast(pa.large_binary())
+    return array
+
+
+def _buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets (``len + 1``, absolute in the data) and data of a large_binary array."""
+    buffers = array.buffers()
+    first = array.offset
+    offsets = np.frombuffer(buffers[1], dtype=np.int64)[first : first + len(array) + 1]
+    data = (
+        np.frombuffer(buffers[2], dtype=np.uint8)
+        if buffers[2] is not None
+        else np.zeros(0, np.uint8)
+    )
+    return offsets, data
+
+
+def split_framing(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a large_binary array: whether it has Confluent framing (not null, at least 5
+    bytes, magic byte 0), and its schema id (``-1`` where it has none)."""
+    values = _binary(values)
+    offsets, data = _buffers(values)
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    valid = ~np.asarray(values.is_null(), dtype=bool)
+    long_enough = valid & (lengths >= _HEADER)
+    safe = np.where(long_enough, starts, 0)
+    if not len(data):
+        return np.zeros(len(values), bool), np.full(len(values), -1, np.int64)
+    framed = long_enough & (data[safe] == _MAGIC)
+    ids = np.zeros(len(values), np.int64)
+    for position in range(1, _HEADER):
+        byte = data[np.minimum(safe + position, len(data) - 1)].astype(np.int64)
+        ids = (ids << 8) | byte
+    ids = np.where(ids >= 1 << 31, ids - (1 << 32), ids)  # a signed 32-bit int on the wire
+    return framed, np.where(framed, ids, -1)
+
+
+def _payloads(values: pa.Array, rows: np.ndarray) -> pa.Array:
+    """The payloads (framing cut off) of the given rows, as one large_binary array."""
+    taken = _binary(values.take(pa.array(rows, pa.int64())))
+    offsets, data = _buffers(taken)
+    starts = offsets[:-1]
+    keep = np.ones(int(offsets[-1] - offsets[0]), bool)
+    header = (starts - offsets[0])[:, None] + np.arange(_HEADER)
+    keep[header.ravel()] = False
+    body = data[offsets[0] : offsets[-1]][keep]
+    new_offsets = (offsets - offsets[0]) - _HEADER * np.arange(len(offsets), dtype=np.int64)
+    return pa.Array.from_buffers(
+        pa.large_binary(), len(rows), [None, pa.py_buffer(new_offsets), pa.py_buffer(body)]
+    )
+
+
+def frame_payloads(schema_id: int, payloads: pa.Array) -> pa.Array:
+    """Payloads (large_binary, no nulls) with the Confluent framing of ``schema_id`` put back."""
+    payloads = _binary(payloads)
+    offsets, data = _buffers(payloads)
+    count = len(payloads)
+    lengths = np.diff(offsets)
+    new_offsets = np.zeros(count + 1, np.int64)
+    np.cumsum(lengths + _HEADER, out=new_offsets[1:])
+    out = np.empty(int(new_offsets[-1]), np.uint8)
+    header = np.frombuffer(bytes([_MAGIC]) + schema_id.to_bytes(4, "big", signed=True), np.uint8)
+    heads = new_offsets[:-1][:, None] + np.arange(_HEADER)
+    out[heads.ravel()] = np.tile(header, count)
+    body = np.ones(len(out), bool)
+    body[heads.ravel()] = False
+    out[body] = data[offsets[0] : offsets[-1]]
+    return pa.Array.from_buffers(
+        pa.large_binary(), count, [None, pa.py_buffer(new_offsets), pa.py_buffer(out)]
+    )
+
+
+# --------------------------------------------------------------------------- projection
+
+
+def _project(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """``array`` as values of ``target`` (same field names; missing fields null, promotions and
+    narrowings cast, field metadata taken from ``target``)."""
+    if array.type.equals(target, check_metadata=True):
+        return array
+    mask = array.is_null() if array.null_count else None
+    if isinstance(target, pa.ExtensionType):
+        storage = array.storage if isinstance(array, pa.ExtensionArray) else array
+        return pa.ExtensionArray.from_storage(target, _project(storage, target.storage_type))
+    if isinstance(array, pa.ExtensionArray):
+        array = array.storage
+    if pa.types.is_struct(target):
+        source = {array.type.field(i).name: child for i, child in enumerate(array.flatten())}
+        children = [
+            _project(source[f.name], f.type) if f.name in source else pa.nulls(len(array), f.type)
+            for f in target
+        ]
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+    if pa.types.is_map(target):
+        return pa.MapArray.from_arrays(
+            array.offsets,
+            _project(array.keys, target.key_type),
+            _project(array.items, target.item_type),
+            type=target,
+            mask=mask,
+        )
+    if pa.types.is_large_list(target) or pa.types.is_list(target):
+        cls = pa.LargeListArray if pa.types.is_large_list(target) else pa.ListArray
+        return cls.from_arrays(
+            array.offsets, _project(array.values, target.value_type), type=target, mask=mask
+        )
+    return array.cast(target)
+
+
+def _side_columns(side: SideLayout, key: bool) -> dict[str, str]:
+    """Column name -> field name of the value (key) type."""
+    prefix = KEY_COLUMN_PREFIX if key else ""
+    return {column: column.removeprefix(prefix) for column in side.columns}
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+@dataclass
+class DecodedRows:
+    """Typed rows and how many values (keys) did not decode, by cause."""
+
+    table: pa.Table
+    causes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (side, cause) -> rows
+
+
+@dataclass
+class _SideResult:
+    columns: dict[str, pa.Array]
+    schema_ids: pa.Array
+    errors: pa.Array
+    kept: pa.Array
+
+
+class TypedRows:
+    """Decodes and encodes the rows of one topic's table with one layout (picklable)."""
+
+    def __init__(self, layout: TypedLayout, codecs: TopicCodecs | None, source: SchemaSource):
+        self.layout = layout
+        self.codecs = codecs
+        self.source = source
+        self._types: dict[tuple[str, int], tuple[IcebergType | None, str | None]] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state["_lock"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # -- schemas
+
+    def _type_of(
+        self, name: str, side: SideLayout, codecs: SideCodecs, schema: RegisteredSchema
+    ) -> tuple[IcebergType | None, str | None]:
+        """The codec's type of a schema and why its rows cannot become columns (None if they
+        can)."""
+        key = (name, schema.schema_id)
+        with self._lock:
+            if key in self._types:
+                return self._types[key]
+        if schema.schema_id in side.rejected:
+            found: tuple[IcebergType | None, str | None] = (None, side.rejected[schema.schema_id])
+        elif schema.schema_id in side.types:
+            found = (side.types[schema.schema_id], None)
+        else:
+            type_, problem = _iceberg_type(codecs, schema, self.source)
+            if type_ is not None:
+                why = fits_layout(self.layout, type_, key=name == "key")
+                if why is not None:
+                    problem = (
+                        f"schema id {schema.schema_id} is not a version of subject "
+                        f"{codecs.subject!r} and does not fit the table: {why}"
+                    )
+            found = (type_, problem)
+        with self._lock:
+            self._types[key] = found
+        return found
+
+    def _schema(self, side: SideLayout, schema_id: int) -> RegisteredSchema | None:
+        if schema_id in side.schemas:
+            return side.schemas[schema_id]
+        try:
+            return self.source.schema_by_id(schema_id)
+        except SchemaNotFound:
+            return None
+
+    # -- decode
+
+    def decode(self, rows: pa.Table) -> DecodedRows:
+        """Typed rows (``layout.arrow_schema``) of row-contract rows. Raises
+        ``RegistryUnavailable`` when a schema id must be looked up and the registry is down
+        (nothing is decoded then: retry later)."""
+        out = DecodedRows(rows)
+        layout = self.layout
+        results: dict[str, _SideResult] = {}
+        for name, side, codecs in self._sides():
+            column = "kafka_key" if name == "key" else "kafka_value"
+            results[name] = self._decode_side(name, side, codecs, rows.column(column), out.causes)
+        arrays: list[pa.Array] = []
+        for target in layout.arrow_schema:
+            arrays.append(self._column(target, rows, results))
+        out.table = pa.Table.from_arrays(arrays, schema=layout.arrow_schema)
+        return out
+
+    def _sides(self) -> list[tuple[str, SideLayout, SideCodecs]]:
+        sides = []
+        codecs = self.codecs
+        for name in ("value", "key"):
+            side = getattr(self.layout, name)
+            side_codecs = getattr(codecs, name) if codecs is not None else None
+            if side is not None:
+                sides.append((name, side, side_codecs or SideCodecs({}, "")))
+        return sides
+
+    def _column(
+        self, target: pa.Field, rows: pa.Table, results: Mapping[str, _SideResult]
+    ) -> pa.Array:
+        name = target.name
+        special = {
+            "kafka_value": ("value", "kept"),
+            "kafka_key": ("key", "kept"),
+            VALUE_SCHEMA_ID_COLUMN: ("value", "schema_ids"),
+            VALUE_ERROR_COLUMN: ("value", "errors"),
+            KEY_SCHEMA_ID_COLUMN: ("key", "schema_ids"),
+            KEY_ERROR_COLUMN: ("key", "errors"),
+        }
+        if name in special and special[name][0] in results:
+            side, attribute = special[name]
+            array = getattr(results[side], attribute)
+        else:
+            array = None
+            for result in results.values():
+                if name in result.columns:
+                    array = result.columns[name]
+            if array is None:
+                if name not in rows.column_names:
+                    return pa.nulls(rows.num_rows, target.type)
+                array = _chunk(rows.column(name))
+        return _project(array, target.type)
+
+    def _decode_side(
+        self,
+        name: str,
+        side: SideLayout,
+        codecs: SideCodecs,
+        raw: pa.Array | pa.ChunkedArray,
+        causes: Counter[tuple[str, str]],
+    ) -> _SideResult:
+        raw = _binary(raw)
+        count = len(raw)
+        framed, ids = split_framing(raw)
+        valid = ~np.asarray(raw.is_null(), dtype=bool)
+        keep = valid.copy()  # bytes kept unless a codec says they re-encode exactly
+        errors: list[str | None] = [None] * count
+        for row in np.nonzero(valid & ~framed)[0]:
+            errors[row] = NO_FRAMING
+        targets = {
+            column: self.layout.arrow_schema.field(column).type for column in side.columns
+        }
+        key = name == "key"
+        field_of = _side_columns(side, key)
+        pieces: dict[str, list[pa.Array]] = {column: [] for column in side.columns}
+        order: list[np.ndarray] = []
+        for schema_id in np.unique(ids[framed]):
+            rows = np.nonzero(framed & (ids == schema_id))[0]
+            schema = self._schema(side, int(schema_id))
+            if schema is None:
+                problem: str | None = f"unknown schema id {int(schema_id)}"
+                type_ = None
+            else:
+                type_, problem = self._type_of(name, side, codecs, schema)
+            if problem is not None or schema is None or type_ is None:
+                for row in rows:
+                    errors[row] = problem
+                continue
+            codec = codecs.codec_for(schema)
+            assert codec is not None
+            decoded = codec.decode(schema, _payloads(raw, rows))
+            keep[rows] = np.asarray(decoded.keep_bytes, dtype=bool)
+            for row, error in zip(rows, decoded.errors, strict=True):
+                errors[row] = error
+            order.append(rows)
+            values = decoded.values
+            if isinstance(type_, StructType):
+                children = dict(
+                    zip(
+                        [values.type.field(i).name for i in range(values.type.num_fields)],
+                        values.flatten(),
+                        strict=True,
+                    )
+                )
+                for column, field_name in field_of.items():
+                    if field_name in children:
+                        pieces[column].append(_project(children[field_name], targets[column]))
+                    else:
+                        pieces[column].append(pa.nulls(len(rows), targets[column]))
+            else:
+                single = "key" if key else "value"
+                for column in side.columns:
+                    if column == single:
+                        pieces[column].append(_project(values, targets[column]))
+                    else:
+                        pieces[column].append(pa.nulls(len(rows), targets[column]))
+        covered = np.concatenate(order) if order else np.zeros(0, np.int64)
+        rest = np.setdiff1d(np.arange(count), covered, assume_unique=True)
+        permutation = np.concatenate([covered, rest])
+        identity = bool(np.array_equal(permutation, np.arange(count)))
+        inverse = np.empty(count, np.int64)
+        inverse[permutation] = np.arange(count)
+        columns: dict[str, pa.Array] = {}
+        for column, parts in pieces.items():
+            parts = [*parts, pa.nulls(len(rest), targets[column])] if len(rest) else parts
+            whole = pa.concat_arrays(parts) if parts else pa.nulls(0, targets[column])
+            columns[column] = whole if identity else whole.take(pa.array(inverse))
+        for error in errors:
+            if error is not None:
+                causes[(name, error)] += 1
+        kept = pa.compute.if_else(pa.array(keep & valid), raw, pa.nulls(count, pa.large_binary()))
+        schema_ids = pa.array(np.where(framed, ids, 0), pa.int32(), mask=~framed)
+        return _SideResult(columns, schema_ids, pa.array(errors, pa.large_string()), kept)
+
+    # -- encode
+
+    def encode(self, rows: pa.Table) -> tuple[pa.Array, pa.Array]:
+        """The original ``kafka_key`` and ``kafka_value`` bytes of typed rows (any table with the
+        layout's columns, in any order), byte for byte."""
+        out = {}
+        for name in ("key", "value"):
+            column = f"kafka_{name}"
+            raw = _binary(rows.column(column))
+            side = getattr(self.layout, name)
+            codecs = getattr(self.codecs, name) if self.codecs is not None else None
+            if side is None:
+                out[name] = raw
+                continue
+            out[name] = self._encode_side(name, side, codecs or SideCodecs({}, ""), rows, raw)
+        return out["key"], out["value"]
+
+    def _encode_side(
+        self, name: str, side: SideLayout, codecs: SideCodecs, rows: pa.Table, raw: pa.Array
+    ) -> pa.Array:
+        id_column = KEY_SCHEMA_ID_COLUMN if name == "key" else VALUE_SCHEMA_ID_COLUMN
+        ids_array = rows.column(id_column)
+        ids = np.asarray(ids_array.fill_null(-1), dtype=np.int64) if len(ids_array) else np.zeros(
+            0, np.int64
+        )
+        need = np.asarray(raw.is_null(), dtype=bool) & (
+            ~np.asarray(ids_array.is_null(), dtype=bool)
+        )
+        if not need.any():
+            return raw
+        key = name == "key"
+        field_of = _side_columns(side, key)
+        pieces: list[pa.Array] = []
+        order: list[np.ndarray] = []
+        for schema_id in np.unique(ids[need]):
+            positions = np.nonzero(need & (ids == schema_id))[0]
+            schema = self._schema(side, int(schema_id))
+            if schema is None:
+                raise SchemaNotFound(
+                    f"unknown schema id {int(schema_id)}: rows of topic "
+                    f"{self.codecs.topic if self.codecs else '?'} cannot be rebuilt without it"
+                )
+            type_, problem = self._type_of(name, side, codecs, schema)
+            codec = codecs.codec_for(schema)
+            if type_ is None or codec is None:
+                raise SchemaNotExpressible(
+                    f"rows with schema id {int(schema_id)} have no kept bytes but {problem}"
+                )
+            selected = rows.take(pa.array(positions))
+            target = arrow_type(type_)
+            if isinstance(type_, StructType):
+                by_field = {field_of[c]: c for c in side.columns}
+                children = []
+                for f in target:
+                    column = by_field.get(f.name)
+                    children.append(
+                        _project(_chunk(selected.column(column)), f.type)
+                        if column is not None
+                        else pa.nulls(len(positions), f.type)
+                    )
+                values = pa.StructArray.from_arrays(children, fields=list(target))
+            else:
+                single = "key" if key else "value"
+                values = _project(_chunk(selected.column(single)), target)
+            pieces.append(frame_payloads(int(schema_id), codec.encode(schema, values)))
+            order.append(positions)
+        rest = np.nonzero(~need)[0]
+        pieces.append(raw.take(pa.array(rest)))
+        permutation = np.concatenate([*order, rest])
+        inverse = np.empty(len(raw), np.int64)
+        inverse[permutation] = np.arange(len(raw))
+        return pa.concat_arrays(pieces).take(pa.array(inverse))
+
+
+def _chunk(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(array, pa.ChunkedArray):
+        return array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    return array
+
+
+_reported: set[tuple[str, str, str]] = set()
+_reported_lock = threading.Lock()
+
+
+def report_undecodable(
+    component: str, topic: str, causes: Mapping[tuple[str, str], int]
+) -> None:
+    """Count values (keys) that did not decode in the ``bergstream_undecodable_records`` metric
+    and log each cause once per process (the rows themselves are kept raw, never dropped)."""
+    for (side, cause), rows in causes.items():
+        UNDECODABLE_RECORDS.labels(component, topic, side, cause.split(":")[0]).inc(rows)
+        with _reported_lock:
+            first = (component, topic, cause) not in _reported
+            _reported.add((component, topic, cause))
+        if first:
+            log.warning(
+                "%s: %d %s(s) of topic %s did not decode and are kept as bytes: %s "
+                "(logged once per cause; see bergstream_undecodable_records)",
+                component, rows, side, topic, cause,
+            )
+
