@@ -226,39 +226,41 @@ def split_framing(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return framed, np.where(framed, ids, -1)
 
 
+def _pool_array(dtype: type, count: int) -> tuple[pa.Buffer, np.ndarray]:
+    """A writable array in a buffer of Arrow's memory pool (reused memory: no page faults of a
+    fresh numpy allocation)."""
+    itemsize = np.dtype(dtype).itemsize
+    buffer = pa.allocate_buffer(max(count * itemsize, 1))
+    return buffer, np.frombuffer(buffer, dtype=dtype)[:count]
+
+
 def _payloads(values: pa.Array, rows: np.ndarray) -> pa.Array:
-    """The payloads (framing cut off) of the given rows, as one large_binary array."""
-    taken = _binary(values.take(pa.array(rows, pa.int64())))
-    offsets, data = _buffers(taken)
-    starts = offsets[:-1]
-    keep = np.ones(int(offsets[-1] - offsets[0]), bool)
-    header = (starts - offsets[0])[:, None] + np.arange(_HEADER)
-    keep[header.ravel()] = False
-    body = data[offsets[0] : offsets[-1]][keep]
-    new_offsets = (offsets - offsets[0]) - _HEADER * np.arange(len(offsets), dtype=np.int64)
-    return pa.Array.from_buffers(
-        pa.large_binary(), len(rows), [None, pa.py_buffer(new_offsets), pa.py_buffer(body)]
-    )
+    """The payloads (framing cut off) of the given rows (framed, so at least 5 bytes each), as
+    one large_binary array."""
+    from bergstream.core.framing_kernels import strip_headers
+
+    offsets, data = _buffers(values)
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    size = int((offsets[rows + 1] - offsets[rows]).sum()) - _HEADER * len(rows)
+    body_buffer, body = _pool_array(np.uint8, size)
+    offsets_buffer, new_offsets = _pool_array(np.int64, len(rows) + 1)
+    strip_headers(data, offsets, rows, _HEADER, body, new_offsets)
+    return pa.Array.from_buffers(pa.large_binary(), len(rows), [None, offsets_buffer, body_buffer])
 
 
 def frame_payloads(schema_id: int, payloads: pa.Array) -> pa.Array:
     """Payloads (large_binary, no nulls) with the Confluent framing of ``schema_id`` put back."""
+    from bergstream.core.framing_kernels import add_headers
+
     payloads = _binary(payloads)
     offsets, data = _buffers(payloads)
     count = len(payloads)
-    lengths = np.diff(offsets)
-    new_offsets = np.zeros(count + 1, np.int64)
-    np.cumsum(lengths + _HEADER, out=new_offsets[1:])
-    out = np.empty(int(new_offsets[-1]), np.uint8)
     header = np.frombuffer(bytes([_MAGIC]) + schema_id.to_bytes(4, "big", signed=True), np.uint8)
-    heads = new_offsets[:-1][:, None] + np.arange(_HEADER)
-    out[heads.ravel()] = np.tile(header, count)
-    body = np.ones(len(out), bool)
-    body[heads.ravel()] = False
-    out[body] = data[offsets[0] : offsets[-1]]
-    return pa.Array.from_buffers(
-        pa.large_binary(), count, [None, pa.py_buffer(new_offsets), pa.py_buffer(out)]
-    )
+    size = int(offsets[-1] - offsets[0]) + _HEADER * count
+    out_buffer, out = _pool_array(np.uint8, size)
+    offsets_buffer, out_offsets = _pool_array(np.int64, count + 1)
+    add_headers(data, offsets, header, out, out_offsets)
+    return pa.Array.from_buffers(pa.large_binary(), count, [None, offsets_buffer, out_buffer])
 
 
 # --------------------------------------------------------------------------- projection
@@ -446,9 +448,8 @@ class TypedRows:
         framed, ids = split_framing(raw)
         valid = ~np.asarray(raw.is_null(), dtype=bool)
         keep = valid.copy()  # bytes kept unless a codec says they re-encode exactly
-        errors: list[str | None] = [None] * count
-        for row in np.nonzero(valid & ~framed)[0]:
-            errors[row] = NO_FRAMING
+        errors = _Causes(count)
+        errors.set(valid & ~framed, NO_FRAMING)
         targets = {
             column: self.layout.arrow_schema.field(column).type for column in side.columns
         }
@@ -456,8 +457,10 @@ class TypedRows:
         field_of = _side_columns(side, key)
         pieces: dict[str, list[pa.Array]] = {column: [] for column in side.columns}
         order: list[np.ndarray] = []
-        for schema_id in np.unique(ids[framed]):
-            rows = np.nonzero(framed & (ids == schema_id))[0]
+        distinct = _distinct(ids[framed])
+        one_group = len(distinct) == 1 and bool(framed.all())
+        for schema_id in distinct:
+            rows = np.arange(count) if one_group else np.nonzero(framed & (ids == schema_id))[0]
             schema = self._schema(side, int(schema_id))
             if schema is None:
                 problem: str | None = f"unknown schema id {int(schema_id)}"
@@ -465,15 +468,16 @@ class TypedRows:
             else:
                 type_, problem = self._type_of(name, side, codecs, schema)
             if problem is not None or schema is None or type_ is None:
-                for row in rows:
-                    errors[row] = problem
+                errors.set(rows, problem or f"schema id {int(schema_id)} has no codec")
                 continue
             codec = codecs.codec_for(schema)
             assert codec is not None
             decoded = codec.decode(schema, _payloads(raw, rows))
             keep[rows] = np.asarray(decoded.keep_bytes, dtype=bool)
-            for row, error in zip(rows, decoded.errors, strict=True):
-                errors[row] = error
+            if decoded.errors.count(None) != len(decoded.errors):
+                for row, error in zip(rows, decoded.errors, strict=True):
+                    if error is not None:
+                        errors.set(row, error)
             order.append(rows)
             values = decoded.values
             if isinstance(type_, StructType):
@@ -496,23 +500,12 @@ class TypedRows:
                         pieces[column].append(_project(values, targets[column]))
                     else:
                         pieces[column].append(pa.nulls(len(rows), targets[column]))
-        covered = np.concatenate(order) if order else np.zeros(0, np.int64)
-        rest = np.setdiff1d(np.arange(count), covered, assume_unique=True)
-        permutation = np.concatenate([covered, rest])
-        identity = bool(np.array_equal(permutation, np.arange(count)))
-        inverse = np.empty(count, np.int64)
-        inverse[permutation] = np.arange(count)
-        columns: dict[str, pa.Array] = {}
-        for column, parts in pieces.items():
-            parts = [*parts, pa.nulls(len(rest), targets[column])] if len(rest) else parts
-            whole = pa.concat_arrays(parts) if parts else pa.nulls(0, targets[column])
-            columns[column] = whole if identity else whole.take(pa.array(inverse))
-        for error in errors:
-            if error is not None:
-                causes[(name, error)] += 1
+        columns = _scatter(pieces, order, count, targets)
+        for cause, rows_with_it in errors.counts().items():
+            causes[(name, cause)] += rows_with_it
         kept = pa.compute.if_else(pa.array(keep & valid), raw, pa.nulls(count, pa.large_binary()))
         schema_ids = pa.array(np.where(framed, ids, 0), pa.int32(), mask=~framed)
-        return _SideResult(columns, schema_ids, pa.array(errors, pa.large_string()), kept)
+        return _SideResult(columns, schema_ids, errors.array(), kept)
 
     # -- encode
 
@@ -586,6 +579,69 @@ class TypedRows:
         inverse = np.empty(len(raw), np.int64)
         inverse[permutation] = np.arange(len(raw))
         return pa.concat_arrays(pieces).take(pa.array(inverse))
+
+
+def _distinct(ids: np.ndarray) -> list[int]:
+    """The distinct schema ids, in ascending order (one id: no sort)."""
+    if not len(ids):
+        return []
+    if bool((ids == ids[0]).all()):
+        return [int(ids[0])]
+    return [int(i) for i in np.unique(ids)]
+
+
+class _Causes:
+    """Per row, why it did not decode: codes into a list of distinct cause texts."""
+
+    def __init__(self, count: int) -> None:
+        self.codes = np.full(count, -1, np.int32)
+        self.texts: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def set(self, rows: np.ndarray | int, text: str) -> None:
+        code = self.index.get(text)
+        if code is None:
+            code = self.index[text] = len(self.texts)
+            self.texts.append(text)
+        self.codes[rows] = code
+
+    def counts(self) -> dict[str, int]:
+        if not self.texts:
+            return {}
+        tally = np.bincount(self.codes[self.codes >= 0], minlength=len(self.texts))
+        return {text: int(n) for text, n in zip(self.texts, tally, strict=True) if n}
+
+    def array(self) -> pa.Array:
+        if not self.texts:
+            return pa.nulls(len(self.codes), pa.large_string())
+        indices = pa.array(self.codes, pa.int32(), mask=self.codes < 0)
+        dictionary = pa.array(self.texts, pa.large_string())
+        return pa.DictionaryArray.from_arrays(indices, dictionary).cast(pa.large_string())
+
+
+def _scatter(
+    pieces: Mapping[str, list[pa.Array]],
+    order: list[np.ndarray],
+    count: int,
+    targets: Mapping[str, pa.DataType],
+) -> dict[str, pa.Array]:
+    """Full columns from the pieces of each schema id's rows (``order``), nulls elsewhere."""
+    covered = np.concatenate(order) if order else np.zeros(0, np.int64)
+    identity = len(covered) == count and bool(np.array_equal(covered, np.arange(count)))
+    rest = np.zeros(0, np.int64) if identity else np.setdiff1d(
+        np.arange(count), covered, assume_unique=True
+    )
+    inverse = None
+    if not identity:
+        permutation = np.concatenate([covered, rest])
+        inverse = np.empty(count, np.int64)
+        inverse[permutation] = np.arange(count)
+    columns: dict[str, pa.Array] = {}
+    for column, parts in pieces.items():
+        parts = [*parts, pa.nulls(len(rest), targets[column])] if len(rest) else list(parts)
+        whole = pa.concat_arrays(parts) if parts else pa.nulls(0, targets[column])
+        columns[column] = whole if inverse is None else whole.take(pa.array(inverse))
+    return columns
 
 
 def _chunk(array: pa.Array | pa.ChunkedArray) -> pa.Array:

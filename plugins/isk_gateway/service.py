@@ -7,7 +7,9 @@ so ``bergstream config check`` refuses what this service would), the ``hotset`` 
 when the config has a ``lake:`` section, the ``coldset`` and ``merged`` providers, a router over
 them, the :class:`.http.server.IskHttpService` in front, and the
 :class:`.tables.background_index.BackgroundIndexer` keeping the chunk index of every topic up to
-date.
+date. The typed layouts of the topics the config's ``codecs:`` section types
+(:class:`.tables.layouts.TopicLayouts`, with the process's shared Schema Registry client) are
+shared by the tables, the indexer and the built-in synthesizer.
 """
 
 from __future__ import annotations
@@ -31,17 +33,21 @@ from bergstream.core.api import (
     ResolvedLake,
     ServiceContext,
     StrictModel,
+    TopicCodecsResolver,
     choice_settings,
     resolve_lake,
 )
 from bergstream.plugins.isk_gateway.files.batch_decoder import warm_up
 from bergstream.plugins.isk_gateway.files.hotset_layout import layout_name
+from bergstream.plugins.isk_gateway.files.hotset_parquet import HotsetDataSynthesizer
 from bergstream.plugins.isk_gateway.files.synthesis import ParquetCompression
 from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpService
 from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
 from bergstream.plugins.isk_gateway.tables.background_index import BackgroundIndexer
 from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
+from bergstream.plugins.isk_gateway.tables.lake_schemas import LakeSchemas
+from bergstream.plugins.isk_gateway.tables.layouts import TopicLayouts
 from bergstream.plugins.isk_gateway.tables.merged import MergedProvider
 from bergstream.plugins.isk_gateway.tables.paths import COLDSET, HOTSET, MERGED
 from bergstream.plugins.isk_gateway.tables.provider import TableProvider
@@ -143,6 +149,10 @@ class IskService:
         self.reader: KafkaReader | None = None
         self.index: IndexBackend | None = None
         self.cache: CacheBackend | None = None
+        self.layouts = TopicLayouts(
+            TopicCodecsResolver(context),
+            LakeSchemas(self.lake) if self.lake is not None else None,
+        )
         self.hotset: HotsetProvider | None = None
         self.merged: MergedProvider | None = None
         self.provider: NamespaceRouter | None = None
@@ -182,6 +192,9 @@ class IskService:
                 registration.factory(settings, self.context)
                 for registration, settings in self._synthesizer_choices
             ]
+            for synthesizer in self.synthesizers:  # one layout cache for tables and files
+                if isinstance(synthesizer, HotsetDataSynthesizer):
+                    synthesizer.layouts = self.layouts
             store = FileStore(
                 self.cache, cache_prefix=layout_name(c.partition_time, c.parquet_compression)
             )
@@ -196,6 +209,7 @@ class IskService:
                 unit=c.partition_time,
                 synthesizers=self.synthesizers,
                 compression=c.parquet_compression,
+                layouts=self.layouts,
             )
             providers: dict[str, TableProvider] = {HOTSET: self.hotset}
             if self.lake is not None:

@@ -84,9 +84,15 @@ def chunk_bucket(chunk: ChunkEntry, unit: str) -> int | None:
     return int(chunk.bounds["kafka_timestamp"][0]) // UNIT_MICROS[unit]
 
 
-def chunk_key(cluster: str, chunk: ChunkEntry, unit: str, namespace: str = HOTSET) -> DataKey:
+def chunk_key(
+    cluster: str,
+    chunk: ChunkEntry,
+    unit: str,
+    namespace: str = HOTSET,
+    layout: str | None = None,
+) -> DataKey:
     """The data key of a chunk's file cut by ``unit``, under ``namespace`` (hotset, or merged
-    for its alias)."""
+    for its alias), its rows decoded into the typed layout ``layout`` names (None: raw)."""
     return DataKey(
         cluster,
         chunk.topic,
@@ -96,6 +102,7 @@ def chunk_key(cluster: str, chunk: ChunkEntry, unit: str, namespace: str = HOTSE
         chunk.end_offset,
         namespace,
         unit,
+        layout,
     )
 
 
@@ -125,10 +132,14 @@ def data_file(
     namespace: str = HOTSET,
     unit: str = DAY,
     spec: PartitionSpec = PARTITION_SPEC,
+    layout: str | None = None,
 ) -> DataFile:
     """The ``DataFile`` of a chunk with rows, stats from the index entry: its key cut by
-    ``unit``, its partition value in ``spec`` (whose time unit is ``unit`` or coarser)."""
-    key = chunk_key(cluster, chunk, unit, namespace).key
+    ``unit`` (in typed layout ``layout``, None: raw), its partition value in ``spec`` (whose
+    time unit is ``unit`` or coarser). Only contract columns get stats (bounds of partition,
+    offset and timestamp, counts of the required ones): typed columns have none, so none can be
+    wrong, whatever the layout."""
+    key = chunk_key(cluster, chunk, unit, namespace, layout).key
     partition_unit = spec_unit(spec)
     if partition_unit is None:
         raise ValueError(f"spec {spec} does not partition like the row contract")
@@ -167,10 +178,12 @@ def hotset_groups(
     namespace: str = HOTSET,
     unit: str = DAY,
     spec: PartitionSpec | None = None,
+    layout: str | None = None,
 ) -> list[ManifestGroup]:
     """One manifest group per Kafka partition over the chunks with rows, in offset order (data
     keys under ``namespace``: hotset, or merged for its aliases; chunks cut by ``unit``; partition
-    values in ``spec``, by default the hotset's spec for ``unit``)."""
+    values in ``spec``, by default the hotset's spec for ``unit``; rows in the typed layout
+    ``layout`` names, None: raw)."""
     spec = spec or spec_for(unit)
     with_rows = sorted(
         (c for c in chunks if c.row_count), key=lambda c: (c.partition, c.start_offset)
@@ -179,7 +192,7 @@ def hotset_groups(
         ManifestGroup(
             spec,
             [
-                data_file(bucket, cluster, c, namespace, unit, spec)
+                data_file(bucket, cluster, c, namespace, unit, spec, layout)
                 for c in with_rows
                 if c.partition == partition
             ],

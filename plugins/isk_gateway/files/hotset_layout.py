@@ -3,10 +3,14 @@
 A chunk's file holds rows of one time bucket only (a bucket change in offset order ends the
 chunk, :func:`build_chunk`), written in one Parquet layout (:func:`parquet_layout`) however the
 rows were decoded or sliced, so a file rebuilt from its key alone has the size its index entry
-and manifest state. The layout's name (:func:`layout_name`) keys index and cache entries.
+and manifest state. The layout's name (:func:`layout_name`) keys index and cache entries. A
+typed topic's rows are decoded into its typed columns (a :class:`RowDecoder`) after the time cut
+and before Parquet: the same rows and layout give the same bytes.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,11 +21,27 @@ from bergstream.plugins.isk_gateway.files.synthesis import parquet_bytes, record
 from bergstream.plugins.isk_gateway.kafka.reader import FetchedRange
 from bergstream.plugins.isk_gateway.tables.paths import UNIT_MICROS
 
-__all__ = ["LAYOUT_VERSION", "build_chunk", "layout_name", "parquet_layout", "time_buckets"]
+__all__ = [
+    "LAYOUT_VERSION",
+    "RowDecoder",
+    "build_chunk",
+    "layout_name",
+    "parquet_layout",
+    "time_buckets",
+]
 
 #: Bumped whenever the bytes written for the same rows change (a layout change must never serve
 #: a file whose size differs from the one an index entry or a cached manifest states).
 LAYOUT_VERSION = 2
+
+
+class RowDecoder(Protocol):
+    """Turns row-contract rows into a typed layout's rows (:class:`.typed_topic.TypedTopic`)."""
+
+    def decode(self, rows: pa.Table) -> pa.Table:
+        """``rows`` (``ROW_ARROW_SCHEMA``) with their values (and keys) decoded into the
+        layout's typed columns, in the layout's Arrow schema."""
+        ...
 
 
 def layout_name(unit: str, compression: str) -> str:
@@ -55,11 +75,13 @@ def build_chunk(
     fetched: FetchedRange,
     unit: str,
     compression: str,
+    typed: RowDecoder | None = None,
 ) -> tuple[ChunkEntry, bytes | memoryview]:
     """The chunk starting at ``start`` of the rows of ``[start, high)`` in ``fetched``: its
-    index entry and its Parquet bytes. It ends at ``high``, or earlier at the first row of
-    another time bucket than the first row's; a range without rows gives an empty entry and no
-    bytes."""
+    index entry and its Parquet bytes (rows decoded by ``typed`` for a typed topic). It ends at
+    ``high``, or earlier at the first row of another time bucket than the first row's; a range
+    without rows gives an empty entry and no bytes. The entry's bounds are of contract columns
+    only, which decoding leaves as they are."""
     table = records_to_table(fetched.records, partition, start, high, fetched.aborted)
     if not table.num_rows:
         return ChunkEntry(topic, partition, start, high, 0, 0, {}), b""
@@ -71,7 +93,7 @@ def build_chunk(
         cut = pc.index(other, True).as_py()
         chunk_end = table.column("kafka_offset")[cut].as_py()
         rows = table.slice(0, cut)  # rows are in offset order
-    parquet = parquet_layout(rows, compression)
+    parquet = parquet_layout(typed.decode(rows) if typed is not None else rows, compression)
     low_ts, high_ts = pc.min_max(rows.column("kafka_timestamp").cast(pa.int64())).values()
     offsets = rows.column("kafka_offset")
     entry = ChunkEntry(

@@ -5,19 +5,25 @@ A data key (:mod:`..tables.paths`) names a cluster, topic, partition, offset ran
 bucket; the synthesizer reads exactly that range from Kafka (read_committed), checks that the
 range still exists and that every row lies in the key's bucket (a made-up key is refused, never
 answered with an empty file), and writes the rows in the Parquet layout the indexer wrote when it
-listed the file (:mod:`.hotset_layout`), so the bytes match the size in the manifest.
+listed the file (:mod:`.hotset_layout`), so the bytes match the size in the manifest. A key of a
+typed topic names its layout's digest: the rows are decoded into that layout (found again by
+:class:`~..tables.layouts.TopicLayouts`), or the key is refused when the layout is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import pyarrow.compute as pc
 from pydantic import Field
 
 from bergstream.core.api import ISK_KAFKA_READ_BYTES, Bootstrap, ServiceContext, StrictModel
-from bergstream.plugins.isk_gateway.files.hotset_layout import parquet_layout, time_buckets
+from bergstream.plugins.isk_gateway.files.hotset_layout import (
+    RowDecoder,
+    parquet_layout,
+    time_buckets,
+)
 from bergstream.plugins.isk_gateway.files.synthesis import (
     ParquetCompression,
     SynthesisError,
@@ -30,6 +36,9 @@ from bergstream.plugins.isk_gateway.kafka.reader import (
 )
 from bergstream.plugins.isk_gateway.tables.paths import DAY, DataKey, parse_key
 from bergstream.plugins.isk_gateway.tables.provider import NoSuchFile, NoSuchTable
+
+if TYPE_CHECKING:
+    from bergstream.plugins.isk_gateway.tables.layouts import TopicLayouts
 
 __all__ = [
     "HotsetDataSynthesizer",
@@ -66,12 +75,19 @@ class HotsetDataSynthesizer:
     """Builds hotset data files of one cluster from their keys (a ``FileSynthesizer``)."""
 
     def __init__(
-        self, source: KafkaRanges, cluster: str, unit: str = DAY, compression: str = "snappy"
+        self,
+        source: KafkaRanges,
+        cluster: str,
+        unit: str = DAY,
+        compression: str = "snappy",
+        layouts: TopicLayouts | None = None,
     ) -> None:
         self.source = source
         self.cluster = cluster
         self.unit = unit
         self.compression = compression
+        #: Typed layouts by digest (None: every key of a typed layout is refused).
+        self.layouts = layouts
 
     def handles(self, path: str) -> bool:
         """Whether ``path`` is a hotset data key of this cluster cut by this unit."""
@@ -87,6 +103,11 @@ class HotsetDataSynthesizer:
         key = parse_key(path)
         if not isinstance(key, DataKey) or not self.handles(path):
             raise NoSuchFile(f"no such key {path!r} (not a {self.unit} data key of {self.cluster})")
+        typed: RowDecoder | None = None
+        if key.layout is not None:
+            if self.layouts is None:
+                raise NoSuchFile(f"no such key {path!r} (no codecs: no typed layout is built)")
+            typed = await self.layouts.by_digest(key.topic, key.layout)
         try:
             offsets = await self.source.offsets(key.topic)
         except NoSuchTable:
@@ -96,14 +117,14 @@ class HotsetDataSynthesizer:
             raise NoSuchFile(f"no such key {path!r} (offsets not readable in Kafka)")
         fetched = await self.source.fetch(key.topic, key.partition, key.start, key.end)
         ISK_KAFKA_READ_BYTES.labels(self.cluster, "serve").inc(len(fetched.records))
-        return await asyncio.to_thread(self._build, key, fetched)
+        return await asyncio.to_thread(self._build, key, fetched, typed)
 
     async def close(self) -> None:
         """Close the Kafka connection if this synthesizer opened it."""
         if isinstance(self.source, KafkaReader):
             await self.source.close()
 
-    def _build(self, key: DataKey, fetched: FetchedRange) -> memoryview:
+    def _build(self, key: DataKey, fetched: FetchedRange, typed: RowDecoder | None) -> memoryview:
         try:
             table = records_to_table(
                 fetched.records, key.partition, key.start, key.end, fetched.aborted
@@ -114,13 +135,24 @@ class HotsetDataSynthesizer:
             raise NoSuchFile(f"no such key {key.key!r} (no rows in that range)")
         if pc.any(pc.not_equal(time_buckets(table, key.unit), key.bucket)).as_py():
             raise NoSuchFile(f"no such key {key.key!r} (rows of other {key.unit}s in it)")
-        return parquet_layout(table, self.compression)
+        return parquet_layout(typed.decode(table) if typed is not None else table, self.compression)
 
 
 def create_hotset_data_synthesizer(
     config: HotsetDataSynthesizerConfig, context: ServiceContext
 ) -> HotsetDataSynthesizer:
     """The ``hotset-parquet`` factory: a synthesizer with its own Kafka connection (started on
-    first use)."""
+    first use) and the typed layouts of ``context``'s ``codecs:`` section (the ``isk`` service
+    gives the built-in one its own, shared with the tables it serves)."""
+    from bergstream.core.api import LakeConfigError, resolve_lake
+    from bergstream.plugins.isk_gateway.tables.layouts import TopicLayouts
+
     reader = KafkaReader(config.kafka_bootstrap, client_id=f"bergstream-isk-{config.cluster}-files")
-    return HotsetDataSynthesizer(reader, config.cluster, config.unit, config.compression)
+    lake = None
+    if context.config.lake is not None:
+        try:
+            lake = resolve_lake(context.config.lake, context.home)
+        except LakeConfigError as error:
+            raise ValueError(f"hotset-parquet: {error}") from None
+    layouts = TopicLayouts.from_context(context, lake)
+    return HotsetDataSynthesizer(reader, config.cluster, config.unit, config.compression, layouts)

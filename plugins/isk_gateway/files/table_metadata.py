@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.partitioning import PartitionSpec
@@ -52,6 +52,7 @@ __all__ = [
     "HOTSET_OFFSETS_PROPERTY",
     "BuiltTable",
     "SnapshotPlan",
+    "TableShape",
     "build_metadata",
     "build_table",
     "snapshot_id_of",
@@ -74,6 +75,30 @@ class BuiltTable:
     files: dict[str, bytes]
 
 
+class TableShape(Protocol):
+    """What a typed table's metadata takes from its layout (:class:`.typed_topic.TypedTopic`)."""
+
+    @property
+    def digest(self) -> str:
+        """The layout's digest, in data keys and snapshot ids."""
+        ...
+
+    @property
+    def schema(self) -> Schema:
+        """The table schema: contract columns, then typed columns."""
+        ...
+
+    @property
+    def last_column_id(self) -> int:
+        """The table's last column id."""
+        ...
+
+    @property
+    def properties(self) -> Mapping[str, str]:
+        """Table properties (``bergstream.schema.<id>`` of every schema of the layout)."""
+        ...
+
+
 @dataclass(frozen=True)
 class SnapshotPlan:
     """What one synthesized table holds: a single snapshot (or none) over ``groups``."""
@@ -88,6 +113,11 @@ class SnapshotPlan:
     specs: Sequence[PartitionSpec] = (PARTITION_SPEC,)
     default_spec_id: int = PARTITION_SPEC.spec_id
     sort_order: SortOrder = SORT_ORDER
+    #: Table properties (e.g. ``bergstream.schema.<id>`` of a typed table), written sorted.
+    properties: Mapping[str, str] = field(default_factory=dict)
+    #: The table's last column id (None: the schema's highest field id); a typed layout's may
+    #: be higher, ids of dropped columns are never given again.
+    last_column_id: int | None = None
 
 
 def _chunk_state(chunk: ChunkEntry) -> list[Any]:
@@ -178,7 +208,7 @@ def _table_metadata(
         location=table_location(bucket, cluster, topic, ns),
         table_uuid=uuid.uuid5(_UUID_NAMESPACE, f"{cluster}/{ns}/{topic}"),
         last_updated_ms=plan.timestamp_ms,
-        last_column_id=plan.schema.highest_field_id,
+        last_column_id=max(plan.last_column_id or 0, plan.schema.highest_field_id),
         schemas=[plan.schema],
         current_schema_id=plan.schema.schema_id,
         partition_specs=list(plan.specs),
@@ -186,7 +216,7 @@ def _table_metadata(
         last_partition_id=max(
             [field.field_id for spec in plan.specs for field in spec.fields] or [999]
         ),
-        properties={},
+        properties=dict(sorted(plan.properties.items())),
         current_snapshot_id=plan.snapshot_id,
         snapshots=snapshots,
         snapshot_log=snapshot_log,
@@ -231,19 +261,27 @@ def build_table(
     chunks: Sequence[ChunkEntry],
     end_offsets: Mapping[int, int],
     unit: str = DAY,
+    typed: TableShape | None = None,
 ) -> BuiltTable:
     """Metadata of the hotset table of ``topic``: one snapshot listing every chunk with rows (one
     manifest per Kafka partition), or no snapshot when no chunk has rows. ``end_offsets`` (next
     offset per partition the chunks cover, e.g. the last stable offsets) enter the snapshot id
-    and the summary; chunks are cut and partitioned by ``unit`` (day or hour)."""
+    and the summary; chunks are cut and partitioned by ``unit`` (day or hour). ``typed``: the
+    typed layout the chunks' files are decoded into (None: a raw topic, the row contract); its
+    digest enters the snapshot id and the data keys."""
     with_rows = any(c.row_count for c in chunks)
+    layout = typed.digest if typed is not None else None
+    state_topic = topic if layout is None else f"{topic}\x00{layout}"
     plan = SnapshotPlan(
         namespace=HOTSET,
         topic=topic,
-        snapshot_id=snapshot_id_of(topic, chunks, end_offsets) if with_rows else None,
+        snapshot_id=snapshot_id_of(state_topic, chunks, end_offsets) if with_rows else None,
         timestamp_ms=chunks_timestamp_ms(chunks),
-        groups=hotset_groups(bucket, cluster, chunks, HOTSET, unit),
+        groups=hotset_groups(bucket, cluster, chunks, HOTSET, unit, layout=layout),
         summary={HOTSET_OFFSETS_PROPERTY: format_boundary(end_offsets)},
         specs=(spec_for(unit),),
+        schema=typed.schema if typed is not None else ROW_SCHEMA,
+        last_column_id=typed.last_column_id if typed is not None else None,
+        properties=typed.properties if typed is not None else {},
     )
     return build_metadata(bucket, cluster, plan)

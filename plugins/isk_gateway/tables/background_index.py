@@ -4,7 +4,8 @@ pipeline lag of the lake's topics refreshed.
 
 A topic that falls behind is reported on the ``bergstream.isk`` logger: how many offsets are not
 indexed yet when its catch-up starts, progress at most every 5 s, and the end of the catch-up. A
-failing pass is logged once, then again when passes work again.
+failing pass is logged once, then again when passes work again; so is a topic that cannot be
+indexed now while others can (a typed topic while the Schema Registry is down).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Protocol
 
 from bergstream.plugins.isk_gateway.tables.hotset_index import HotsetIndexer, IndexStep
 from bergstream.plugins.isk_gateway.tables.merged import MergedProvider
+from bergstream.plugins.isk_gateway.tables.provider import ProviderUnavailable, TableNotServable
 
 __all__ = ["BackgroundIndexer", "TopicSource"]
 
@@ -51,6 +53,7 @@ class BackgroundIndexer:
         self.interval = interval
         self._catching_up: dict[str, int] = {}  # topic -> offsets indexed since it fell behind
         self._last_progress: dict[str, float] = {}
+        self._failing_topics: set[str] = set()
 
     def report(self, topic: str, step: IndexStep) -> None:
         """Log the start, the progress (at most every 5 s) and the end of a topic's catch-up."""
@@ -74,6 +77,12 @@ class BackgroundIndexer:
         last_progress.pop(topic, None)
         log.info("isk: index of %s brought up to date (%d new offsets)", topic, done)
 
+    def _topic_failed(self, topic: str, error: Exception) -> None:
+        """Log a topic that cannot be indexed now, once until it can again."""
+        if topic not in self._failing_topics:
+            log.warning("isk: indexing %s failed (retrying): %s", topic, error)
+        self._failing_topics.add(topic)
+
     async def run(self) -> None:
         """Index forever (until cancelled): the lake's topics' pipeline lag first, then every
         topic, one topic and a few chunks at a time."""
@@ -91,6 +100,12 @@ class BackgroundIndexer:
                         self.report(topic, await self.indexer.index_topic(topic))
                     except LookupError:  # deleted since it was listed
                         self._catching_up.pop(topic, None)
+                    except (ProviderUnavailable, TableNotServable) as error:
+                        self._topic_failed(topic, error)
+                    else:
+                        if topic in self._failing_topics:
+                            self._failing_topics.discard(topic)
+                            log.info("isk: indexing %s works again", topic)
                 if failing:
                     log.info("isk: background indexing works again")
                 failing = False

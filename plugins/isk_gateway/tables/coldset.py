@@ -5,7 +5,9 @@ snapshot whose manifests list the same data files (same stats, partition values 
 gateway keys ``<cluster>/coldset/<topic>/files/<path under the table's location>``; the S3
 gateway serves those keys from the lake's storage. The snapshot keeps the physical snapshot's id,
 timestamp and boundary (``bergstream.kafka-offsets``), so the same physical state gives the same
-metadata. Rewriting a snapshot's manifests is done once per physical snapshot.
+metadata. Rewriting a snapshot's manifests is done once per physical snapshot. A typed table
+keeps its schema (typed columns included), last column id and ``bergstream.schema.<id>``
+properties.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from bergstream.core.api import table_boundary as physical_boundary
 from bergstream.plugins.isk_gateway.files.manifests import ManifestGroup
 from bergstream.plugins.isk_gateway.files.table_metadata import SnapshotPlan, build_metadata
 from bergstream.plugins.isk_gateway.tables.hotset import record_built
+from bergstream.plugins.isk_gateway.tables.lake_schemas import BaseSchema, base_of
 from bergstream.plugins.isk_gateway.tables.paths import (
     COLDSET,
     MERGED,
@@ -102,6 +105,7 @@ class ColdSnapshot:
     sizes: dict[str, dict[str, int]]
     boundary: Boundary
     schema: Schema
+    base: BaseSchema  # the schema, last column id and bergstream.schema.<id> properties
     specs: list[PartitionSpec]
     default_spec_id: int
     sort_order: SortOrder
@@ -219,6 +223,7 @@ class ColdsetProvider:
             sizes=sizes,
             boundary=physical_boundary(table),
             schema=metadata.schema(),
+            base=base_of(metadata),
             specs=list(metadata.partition_specs),
             default_spec_id=metadata.default_spec_id,
             sort_order=metadata.sort_order_by_id(metadata.default_sort_order_id)
@@ -322,6 +327,8 @@ class ColdsetProvider:
             specs=cold.specs,
             default_spec_id=cold.default_spec_id,
             sort_order=cold.sort_order,
+            properties=cold.base.properties,
+            last_column_id=cold.base.last_column_id,
         )
         built = await asyncio.to_thread(build_metadata, self.bucket, self.cluster, plan)
         record_built(self.cluster, built)

@@ -10,6 +10,8 @@
 Between the two, this module builds the table's metadata from the chunks
 (:func:`..files.table_metadata.build_table`) and keeps it: metadata files in the file store
 (memory and the cache backend), listed with the data files' sizes for HEAD and ListObjectsV2.
+A topic a codec rule types is served in its typed layout (:mod:`.layouts`): LoadTable resolves
+it first, and its chunks, keys, schema and properties all follow it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from bergstream.core.api import (
     ISK_LOAD_TABLES,
@@ -39,6 +42,9 @@ from bergstream.plugins.isk_gateway.tables.provider import (
     NoSuchTable,
 )
 from bergstream.plugins.isk_gateway.tables.store import FileStore
+
+if TYPE_CHECKING:
+    from bergstream.plugins.isk_gateway.tables.layouts import TopicLayouts
 
 __all__ = ["HotsetProvider", "metadata_kind", "record_built"]
 
@@ -73,12 +79,15 @@ class HotsetProvider:
         parallel_partitions: int = 2,
         synthesizers: Sequence[FileSynthesizer] | None = None,
         compression: str = "snappy",
+        layouts: TopicLayouts | None = None,
     ) -> None:
         self.source = source
         self.cache = cache
         self.bucket = bucket
         self.cluster = cluster
         self.unit = unit
+        #: Typed layouts of the topics a codec rule types (None: every topic is raw).
+        self.layouts = layouts
         layout = layout_name(unit, compression)
         self.store = store if store is not None else FileStore(cache, cache_prefix=layout)
         self.indexer = HotsetIndexer(
@@ -91,12 +100,13 @@ class HotsetProvider:
             compression=compression,
             parallel_partitions=parallel_partitions,
             memory_files=memory_files,
+            layouts=layouts,
         )
         #: Who builds a missing file, first match wins (default: ``hotset-parquet`` on source).
         self.files = HotsetFiles(
             self.store,
             cluster,
-            synthesizers or [HotsetDataSynthesizer(source, cluster, unit, compression)],
+            synthesizers or [HotsetDataSynthesizer(source, cluster, unit, compression, layouts)],
         )
 
     @property
@@ -127,12 +137,13 @@ class HotsetProvider:
         if table.startswith("__"):
             raise NoSuchTable(f"{table!r} is an internal topic, not served as a table")
         offsets = await self.source.offsets(table)
-        chunks = await self.indexer.live_chunks(table, offsets)
+        typed = await self.layouts.resolve(table) if self.layouts is not None else None
+        chunks = await self.indexer.live_chunks(table, offsets, typed=typed)
         end_offsets = {p: o.last_stable for p, o in offsets.items()}
         built = await asyncio.to_thread(
-            build_table, self.bucket, self.cluster, table, chunks, end_offsets, self.unit
+            build_table, self.bucket, self.cluster, table, chunks, end_offsets, self.unit, typed
         )
-        await self.keep_built(HOTSET, table, built, chunks)
+        await self.keep_built(HOTSET, table, built, chunks, layout=typed.digest if typed else None)
         ISK_LOAD_TABLES.labels(self.cluster, HOTSET).inc()
         return LoadedTable(built.metadata_location, built.metadata)
 
@@ -143,8 +154,10 @@ class HotsetProvider:
         built: BuiltTable,
         chunks: list[ChunkEntry],
         more_sizes: Mapping[str, int] | None = None,
+        layout: str | None = None,
     ) -> None:
-        """Keep a freshly built table's metadata files and list them with its data files."""
+        """Keep a freshly built table's metadata files and list them with its data files (in
+        the typed layout with digest ``layout``; None: raw)."""
         record_built(self.cluster, built)
         for key, data in built.files.items():
             await self.store.keep(key, data)
@@ -153,7 +166,7 @@ class HotsetProvider:
         previous: DataKey | None = None
         for chunk in sorted(chunks, key=lambda c: (c.partition, c.start_offset)):
             if chunk.row_count:
-                hot_key = chunk_key(self.cluster, chunk, self.unit)
+                hot_key = chunk_key(self.cluster, chunk, self.unit, layout=layout)
                 key = dataclasses.replace(hot_key, namespace=namespace)
                 listing[key.key] = chunk.size_bytes
                 if previous is not None and previous.partition == hot_key.partition:

@@ -11,7 +11,9 @@ in memory so the next load with the same end reads nothing, and re-chunked once 
 Two callers: :meth:`HotsetIndexer.live_chunks` (LoadTable: every chunk a snapshot lists, indexing
 new sealed ones on the way) and :meth:`HotsetIndexer.index_topic` (one bounded step of the
 background indexer, :mod:`.background_index`). A long build logs a progress line every few
-seconds. Index entries are kept under the topic and the layout name (:func:`index_topic_name`).
+seconds. Index entries are kept under the topic and the layout name (:func:`index_topic_name`);
+a typed topic's layout name ends with its typed layout's digest (:mod:`.layouts`), so chunks of
+one layout are never listed under another (a new layout indexes the topic again).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from bergstream.core.api import (
     INDEX_LAG,
@@ -38,6 +40,10 @@ from bergstream.plugins.isk_gateway.files.hotset_layout import build_chunk, layo
 from bergstream.plugins.isk_gateway.kafka.reader import FetchedRange, PartitionOffsets
 from bergstream.plugins.isk_gateway.tables.paths import DAY, HOUR, UNIT_MICROS
 from bergstream.plugins.isk_gateway.tables.store import FileStore
+
+if TYPE_CHECKING:
+    from bergstream.plugins.isk_gateway.files.typed_topic import TypedTopic
+    from bergstream.plugins.isk_gateway.tables.layouts import TopicLayouts
 
 __all__ = ["HotsetIndexer", "IndexStep", "KafkaSource", "index_topic_name"]
 
@@ -93,6 +99,7 @@ class HotsetIndexer:
         compression: str = "snappy",
         parallel_partitions: int = 2,
         memory_files: int = 4096,
+        layouts: TopicLayouts | None = None,
     ) -> None:
         if chunk_records <= 0:
             raise ValueError(f"chunk_records must be > 0, got {chunk_records}")
@@ -106,24 +113,34 @@ class HotsetIndexer:
         self.unit = unit
         self.compression = compression
         self.layout = layout_name(unit, compression)
+        #: Typed layouts of the topics a codec rule types (None: every topic is raw).
+        self.layouts = layouts
         self._parallel = asyncio.Semaphore(max(parallel_partitions, 1))
         self._memory_files = memory_files
         self._locks: dict[str, asyncio.Lock] = {}
-        self._recent_chunks: OrderedDict[tuple[str, int, int, int], ChunkEntry] = OrderedDict()
+        self._recent_chunks: OrderedDict[tuple[str, str, int, int, int], ChunkEntry] = OrderedDict()
+
+    def index_name(self, topic: str, typed: TypedTopic | None) -> str:
+        """The name ``topic``'s chunks are indexed under: the layout name, and for a typed
+        topic its typed layout's digest."""
+        layout = self.layout if typed is None else f"{self.layout}.{typed.digest}"
+        return index_topic_name(topic, layout)
 
     async def live_chunks(
         self,
         topic: str,
         offsets: Mapping[int, PartitionOffsets],
         floors: Mapping[int, int] | None = None,
+        typed: TypedTopic | None = None,
     ) -> list[ChunkEntry]:
         """The chunks covering each partition from ``max(log start, floors[p])`` up to its last
-        stable offset, indexing the new sealed ones on the way."""
+        stable offset, indexing the new sealed ones on the way; their files are decoded into
+        ``typed``'s layout (None: raw)."""
         lock = self._locks.setdefault(topic, asyncio.Lock())
         async with lock:
             found = await asyncio.gather(
                 *(
-                    self._refresh_limited(topic, offsets[p], (floors or {}).get(p, 0))
+                    self._refresh_limited(topic, offsets[p], (floors or {}).get(p, 0), typed)
                     for p in sorted(offsets)
                 )
             )
@@ -133,19 +150,20 @@ class HotsetIndexer:
         """One step of the background indexer for ``topic``: index up to ``max_chunks`` new
         sealed chunks per partition (so a large backlog does not hold up other topics)."""
         offsets = await self.source.offsets(topic)
+        typed = await self.layouts.resolve(topic) if self.layouts is not None else None
         step = IndexStep()
         lock = self._locks.setdefault(topic, asyncio.Lock())
         async with lock:
             for partition, part in sorted(offsets.items()):
                 end = part.last_stable
-                indexed = await self._indexed(topic, partition, part.log_start)
+                indexed = await self._indexed(topic, partition, part.log_start, typed)
                 position = max([c.end_offset for c in indexed] + [part.log_start])
                 if position >= end:
                     continue
                 step.missing += end - position
                 step_end = min(end, position + max_chunks * self.chunk_records)
-                await self._chunks(topic, partition, position, step_end, index=True)
-                now = await self._indexed(topic, partition, position)
+                await self._chunks(topic, partition, position, step_end, True, typed)
+                now = await self._indexed(topic, partition, position, typed)
                 reached = max([c.end_offset for c in now] + [position])
                 step.indexed += reached - position
                 if step_end < end:  # more sealed chunks to come; the tail never is
@@ -154,27 +172,33 @@ class HotsetIndexer:
         return step
 
     async def _refresh_limited(
-        self, topic: str, offsets: PartitionOffsets, floor: int
+        self, topic: str, offsets: PartitionOffsets, floor: int, typed: TypedTopic | None
     ) -> list[ChunkEntry]:
         """:meth:`_refresh`, with at most ``parallel_partitions`` partitions at once."""
         async with self._parallel:
-            return await self._refresh(topic, offsets, floor)
+            return await self._refresh(topic, offsets, floor, typed)
 
-    async def _indexed(self, topic: str, partition: int, start: int) -> list[ChunkEntry]:
+    async def _indexed(
+        self, topic: str, partition: int, start: int, typed: TypedTopic | None = None
+    ) -> list[ChunkEntry]:
         """Indexed chunks of a partition overlapping ``[start, ...)``, in offset order."""
         found = await asyncio.to_thread(
-            self.index.chunks, index_topic_name(topic, self.layout), partition, start
+            self.index.chunks, self.index_name(topic, typed), partition, start
         )
         return [dataclasses.replace(chunk, topic=topic) for chunk in found]
 
     async def _refresh(
-        self, topic: str, offsets: PartitionOffsets, floor: int = 0
+        self,
+        topic: str,
+        offsets: PartitionOffsets,
+        floor: int = 0,
+        typed: TypedTopic | None = None,
     ) -> list[ChunkEntry]:
         """Index new sealed chunks of one partition from ``max(log start, floor)``; return its
         live chunks from there, tail included."""
         partition, end = offsets.partition, offsets.last_stable
         start = min(max(offsets.log_start, floor), end)
-        indexed = await self._indexed(topic, partition, start)
+        indexed = await self._indexed(topic, partition, start, typed)
         chunks: list[ChunkEntry] = []
         position = start
         for chunk in indexed:
@@ -183,21 +207,29 @@ class HotsetIndexer:
                 continue
             if chunk.start_offset > position:  # a range the index does not cover: serve it
                 chunks += await self._chunks(
-                    topic, partition, position, chunk.start_offset, index=False
+                    topic, partition, position, chunk.start_offset, False, typed
                 )
             chunks.append(chunk)
             position = chunk.end_offset
-        tail = await self._chunks(topic, partition, position, end, index=True)
+        tail = await self._chunks(topic, partition, position, end, True, typed)
         sealed_end = max([c.end_offset for c in tail if c.end_offset < end] + [position])
         INDEX_LAG.labels(self.cluster, topic, str(partition)).set(max(end - sealed_end, 0))
         return chunks + tail
 
     async def _chunks(
-        self, topic: str, partition: int, start: int, end: int, index: bool
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        index: bool,
+        typed: TypedTopic | None = None,
     ) -> list[ChunkEntry]:
-        """Synthesize and cache the chunks of ``[start, end)``; index the sealed ones (a chunk
-        ending before ``end``, or holding ``chunk_records`` offsets) if ``index``. The next
-        chunk's records are fetched from Kafka while this one is built."""
+        """Synthesize (in ``typed``'s layout, None: raw) and cache the chunks of
+        ``[start, end)``; index the sealed ones (a chunk ending before ``end``, or holding
+        ``chunk_records`` offsets) if ``index``. The next chunk's records are fetched from
+        Kafka while this one is built."""
+        digest = typed.digest if typed is not None else ""
         chunks: list[ChunkEntry] = []
         position = start
         last_report = time.monotonic()
@@ -210,7 +242,7 @@ class HotsetIndexer:
                         "isk: indexing %s[%d]: offset %d of %d (%.0f%%)",
                         topic, partition, position, end, 100 * (position - start) / (end - start),
                     )  # fmt: skip
-                memo_key = (topic, partition, position, end)
+                memo_key = (topic, digest, partition, position, end)
                 known = self._recent_chunks.get(memo_key)
                 if known is not None:  # the same unsealed chunk as a recent load: nothing to read
                     chunks.append(known)
@@ -231,14 +263,15 @@ class HotsetIndexer:
                 # Decoding and Parquet writing are CPU work: keep them off the event loop.
                 chunk, data = await asyncio.to_thread(
                     build_chunk,
-                    topic, partition, position, high, fetched, self.unit, self.compression,
+                    topic, partition, position, high, fetched, self.unit, self.compression, typed,
                 )  # fmt: skip
                 sealed = chunk.end_offset < end or chunk.end_offset - position == self.chunk_records
                 if chunk.row_count:
                     ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
-                    await self.store.keep(chunk_key(self.cluster, chunk, self.unit).key, data)
+                    key = chunk_key(self.cluster, chunk, self.unit, layout=digest or None)
+                    await self.store.keep(key.key, data)
                 if sealed and index:
-                    stored = dataclasses.replace(chunk, topic=index_topic_name(topic, self.layout))
+                    stored = dataclasses.replace(chunk, topic=self.index_name(topic, typed))
                     await asyncio.to_thread(self.index.put_chunks, [stored])
                 else:
                     self._recent_chunks[memo_key] = chunk

@@ -18,7 +18,6 @@ from bergstream.core.api import (
     BOUNDARY_PROPERTY,
     ISK_LOAD_TABLES,
     PIPELINE_LAG,
-    ROW_SCHEMA,
     SORT_ORDER,
     RowContractError,
     check_schema,
@@ -39,6 +38,7 @@ from bergstream.plugins.isk_gateway.files.table_metadata import (
 from bergstream.plugins.isk_gateway.kafka.reader import PartitionOffsets
 from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider, ColdSnapshot
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
+from bergstream.plugins.isk_gateway.tables.lake_schemas import CONTRACT_BASE
 from bergstream.plugins.isk_gateway.tables.paths import DAY, HOUR, MERGED
 from bergstream.plugins.isk_gateway.tables.provider import (
     LoadedTable,
@@ -76,8 +76,9 @@ class MergedProvider:
                 check_schema(cold.schema)
             except RowContractError as error:
                 raise TableNotServable(
-                    f"merged.{table}: the coldset table's schema is not the row contract "
-                    f"({error}); query coldset.{table} and hotset.{table} separately"
+                    f"merged.{table}: the coldset table's schema is not the row contract, "
+                    f"optionally with typed columns ({error}); query coldset.{table} and "
+                    f"hotset.{table} separately"
                 ) from error
         try:
             offsets = await self.hotset.source.offsets(table)
@@ -86,15 +87,26 @@ class MergedProvider:
                 raise
             offsets = {}
         boundary = cold.boundary if cold is not None else {}
-        chunks = await self.hotset.indexer.live_chunks(table, offsets, boundary)
+        base = cold.base if cold is not None else CONTRACT_BASE
+        typed = None
+        layouts = self.hotset.layouts
+        if layouts is not None:
+            layouts.remember_base(table, cold.base if cold is not None else None)
+            typed = await layouts.resolve(table, base)
+        chunks = await self.hotset.indexer.live_chunks(table, offsets, boundary, typed)
         self._record_lag(table, offsets, boundary)
         hot_spec = self._hot_spec(table, cold)
         unit = self.hotset.unit
-        hot_groups = hotset_groups(self.bucket, self.cluster, chunks, MERGED, unit, hot_spec)
+        digest = typed.digest if typed is not None else None
+        hot_groups = hotset_groups(
+            self.bucket, self.cluster, chunks, MERGED, unit, hot_spec, layout=digest
+        )
         end_offsets = {p: o.last_stable for p, o in offsets.items()}
         groups = (cold.groups[MERGED] if cold else []) + hot_groups
         has_rows = any(group.files for group in groups)
         state_topic = f"{table}\x00{cold.snapshot_id if cold else 0}\x00{format_boundary(boundary)}"
+        if digest is not None:
+            state_topic += f"\x00{digest}"
         summary = {HOTSET_OFFSETS_PROPERTY: format_boundary(end_offsets)}
         if boundary:
             summary[BOUNDARY_PROPERTY] = format_boundary(boundary)
@@ -105,14 +117,16 @@ class MergedProvider:
             timestamp_ms=max(chunks_timestamp_ms(chunks), cold.timestamp_ms if cold else 0),
             groups=groups,
             summary=summary,
-            schema=cold.schema if cold else ROW_SCHEMA,
+            schema=typed.schema if typed is not None else base.schema,
             specs=cold.specs if cold else [hot_spec],
             default_spec_id=cold.default_spec_id if cold else hot_spec.spec_id,
             sort_order=cold.sort_order if cold else SORT_ORDER,
+            properties={**base.properties, **(typed.properties if typed is not None else {})},
+            last_column_id=typed.last_column_id if typed is not None else base.last_column_id,
         )
         built = await asyncio.to_thread(build_metadata, self.bucket, self.cluster, plan)
         cold_sizes = cold.sizes[MERGED] if cold else None
-        await self.hotset.keep_built(MERGED, table, built, chunks, cold_sizes)
+        await self.hotset.keep_built(MERGED, table, built, chunks, cold_sizes, digest)
         ISK_LOAD_TABLES.labels(self.cluster, MERGED).inc()
         return LoadedTable(built.metadata_location, built.metadata)
 

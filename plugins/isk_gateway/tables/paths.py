@@ -6,6 +6,9 @@ Layout, under ``<cluster>/<namespace>/<topic>/`` (namespace ``hotset``, ``coldse
 - ``data/p=<partition>/day=<yyyy-mm-dd>/<start>-<end>.parquet`` (hotset, merged): the rows of
   Kafka offsets ``[start, end)`` of one partition, all of that day (``day=-``: a range without
   rows); ``hour=<yyyy-mm-dd-HH>`` instead of ``day=`` when the hotset is partitioned by hour;
+  ``data/layout=<digest>/p=...`` for a typed topic: the rows decoded into the typed columns of
+  the layout ``digest`` names (:mod:`..files.typed_topic`), so a file of another layout (another
+  schema version, another coldset schema) is never found under this key;
 - ``files/<path>`` (coldset, merged): the file at ``<path>`` under the physical table's location.
 
 A merged table's data files live under its own prefix (DuckDB scopes vended credentials to the
@@ -34,6 +37,7 @@ __all__ = [
     "DAY",
     "HOTSET",
     "HOUR",
+    "LAYOUT_DIGEST_LENGTH",
     "MERGED",
     "NAMESPACES",
     "UNIT_MICROS",
@@ -69,10 +73,13 @@ _EPOCH = dt.date(1970, 1, 1)
 _NUMBER = r"(0|[1-9][0-9]{0,18})"
 _SEGMENT = r"([^/]+)"
 _DIGEST = r"([0-9a-f]{32})"
+#: Length of a typed layout's digest in data keys (hex characters).
+LAYOUT_DIGEST_LENGTH = 20
+_LAYOUT = re.compile(f"[0-9a-f]{{{LAYOUT_DIGEST_LENGTH}}}")
 _CLUSTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _PREFIX = rf"{_SEGMENT}/({HOTSET}|{COLDSET}|{MERGED})/{_SEGMENT}"
 _DATA = re.compile(
-    rf"{_SEGMENT}/({HOTSET}|{MERGED})/{_SEGMENT}/data/p={_NUMBER}/"
+    rf"{_SEGMENT}/({HOTSET}|{MERGED})/{_SEGMENT}/data/(?:layout=([0-9a-f]+)/)?p={_NUMBER}/"
     rf"(day|hour)=(-|[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}(?:-[0-9]{{2}})?)/{_NUMBER}-{_NUMBER}"
     r"\.parquet"
 )
@@ -143,7 +150,8 @@ def bucket_label(bucket: int | None, unit: str) -> str:
 @dataclass(frozen=True)
 class DataKey:
     """A data file: offsets ``[start, end)`` of ``partition`` whose rows are all in one time
-    bucket: ``bucket`` days (``unit`` day) or hours (``unit`` hour) since the epoch."""
+    bucket: ``bucket`` days (``unit`` day) or hours (``unit`` hour) since the epoch; ``layout``:
+    the digest of the typed layout its rows are decoded into (None: a raw topic's file)."""
 
     cluster: str
     topic: str
@@ -153,8 +161,11 @@ class DataKey:
     end: int
     namespace: str = HOTSET
     unit: str = DAY
+    layout: str | None = None
 
     def __post_init__(self) -> None:
+        if self.layout is not None and not _LAYOUT.fullmatch(self.layout):
+            raise ValueError(f"invalid layout digest {self.layout!r}")
         if self.partition < 0 or not 0 <= self.start < self.end <= _MAX_INT64:
             raise ValueError(f"invalid data key fields: {self!r}")
         if self.namespace not in (HOTSET, MERGED):
@@ -164,9 +175,11 @@ class DataKey:
 
     @property
     def key(self) -> str:
+        layout = f"layout={self.layout}/" if self.layout is not None else ""
         return (
-            f"{table_prefix(self.cluster, self.topic, self.namespace)}/data/p={self.partition}/"
-            f"{self.unit}={bucket_label(self.bucket, self.unit)}/{self.start}-{self.end}.parquet"
+            f"{table_prefix(self.cluster, self.topic, self.namespace)}/data/{layout}"
+            f"p={self.partition}/{self.unit}={bucket_label(self.bucket, self.unit)}/"
+            f"{self.start}-{self.end}.parquet"
         )
 
 
@@ -274,7 +287,7 @@ def parse_key(key: str) -> ParsedKey:
     parsed: ParsedKey
     try:
         if match := _DATA.fullmatch(key):
-            cluster, namespace, topic, partition, unit, bucket, start, end = match.groups()
+            cluster, namespace, topic, layout, partition, unit, bucket, start, end = match.groups()
             parsed = DataKey(
                 cluster,
                 unquote(topic),
@@ -284,6 +297,7 @@ def parse_key(key: str) -> ParsedKey:
                 int(end),
                 namespace,
                 unit,
+                layout,
             )
         elif match := _COLD_FILE.fullmatch(key):
             cluster, namespace, topic, path = match.groups()

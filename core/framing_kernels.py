@@ -1,0 +1,42 @@
+"""Compiled loops that cut the Confluent framing off payloads and put it back (numba, cached
+on disk; imported lazily so importing core never compiles anything)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["add_headers", "strip_headers"]
+
+
+@njit(cache=True, nogil=True)
+def strip_headers(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray, header: int,
+                  out: np.ndarray, out_offsets: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Copy ``data[offsets[r] + header : offsets[r + 1]]`` of each row ``r`` in ``rows`` into
+    ``out``, one after the other, writing their offsets to ``out_offsets``."""
+    position = 0
+    out_offsets[0] = 0
+    for index in range(rows.shape[0]):
+        row = rows[index]
+        start = offsets[row] + header
+        end = offsets[row + 1]
+        length = end - start
+        out[position : position + length] = data[start:end]
+        position += length
+        out_offsets[index + 1] = position
+
+
+@njit(cache=True, nogil=True)
+def add_headers(data: np.ndarray, offsets: np.ndarray, header_bytes: np.ndarray,
+                out: np.ndarray, out_offsets: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Write ``header_bytes`` then each value of ``data``/``offsets`` into ``out``."""
+    header = header_bytes.shape[0]
+    position = 0
+    out_offsets[0] = 0
+    for row in range(offsets.shape[0] - 1):
+        out[position : position + header] = header_bytes
+        position += header
+        length = offsets[row + 1] - offsets[row]
+        out[position : position + length] = data[offsets[row] : offsets[row + 1]]
+        position += length
+        out_offsets[row + 1] = position

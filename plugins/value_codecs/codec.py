@@ -1,0 +1,140 @@
+"""The ``avro`` and ``raw`` value codecs (:class:`~bergstream.core.api.ValueCodec`).
+
+:class:`AvroCodec` maps a registered Avro schema to its Iceberg type and decodes or encodes
+whole batches with a program compiled once per schema. Its parsed schemas (references already
+resolved) survive pickling, its compiled programs do not: a Spark worker recompiles them on first
+use, in well under a millisecond (the numba kernels themselves are compiled once per machine
+and cached on disk).
+
+Decoding or encoding a schema that has references needs its references resolved first, by an
+:meth:`AvroCodec.iceberg_type` call on this codec or on the one it was pickled from (the table
+layout makes that call for every schema it accepts).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyiceberg.types import IcebergType
+
+from bergstream.core.api import (
+    DecodedValues,
+    RegisteredSchema,
+    SchemaNotExpressible,
+    SchemaReference,
+    arrow_type,
+)
+from bergstream.plugins.value_codecs.avro_decoder import AvroDecoder, payload_buffers
+from bergstream.plugins.value_codecs.avro_encoder import AvroEncoder
+from bergstream.plugins.value_codecs.avro_program import compile_program
+from bergstream.plugins.value_codecs.avro_schema import AvroNode, parse_avro
+from bergstream.plugins.value_codecs.avro_types import iceberg_type
+
+__all__ = ["AvroCodec", "RawCodec"]
+
+Resolve = Callable[[SchemaReference], RegisteredSchema]
+_Key = tuple[str, tuple[SchemaReference, ...]]
+
+#: Schemas a codec keeps compiled (a topic has a handful of versions).
+MAX_SCHEMAS = 512
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    type: IcebergType
+    decoder: AvroDecoder
+    encoder: AvroEncoder
+
+
+class AvroCodec:
+    """Avro values written with a registered schema (Confluent framing stripped)."""
+
+    schema_types: tuple[str, ...] = ("AVRO",)
+
+    def __init__(self) -> None:
+        self._nodes: dict[_Key, AvroNode] = {}
+        self._compiled: dict[_Key, _Compiled] = {}
+        self._lock = threading.Lock()
+
+    def iceberg_type(self, schema: RegisteredSchema, resolve: Resolve) -> IcebergType:
+        """The Iceberg type of values written with ``schema`` (placeholder field ids); raises
+        :class:`SchemaNotExpressible`."""
+        return self._compile(schema, resolve).type
+
+    def arrow_type(self, schema: RegisteredSchema) -> pa.DataType:
+        """The Arrow type :meth:`decode` gives for ``schema``."""
+        return self._compile(schema, None).decoder.arrow_type
+
+    def decode(self, schema: RegisteredSchema, payloads: pa.Array) -> DecodedValues:
+        """Decode ``payloads`` (``large_binary``, no nulls); a bad payload gives a null row,
+        ``keep_bytes`` and its cause, never an exception."""
+        return self._compile(schema, None).decoder.decode(payloads)
+
+    def encode(self, schema: RegisteredSchema, values: pa.Array) -> pa.Array:
+        """The canonical payloads of ``values`` (the type :meth:`decode` gives; no null rows
+        unless the schema is a union with null)."""
+        return self._compile(schema, None).encoder.encode(values)
+
+    def _compile(self, schema: RegisteredSchema, resolve: Resolve | None) -> _Compiled:
+        key = (schema.schema, schema.references)
+        compiled = self._compiled.get(key)
+        if compiled is not None:
+            return compiled
+        if schema.schema_type.upper() != "AVRO":
+            raise SchemaNotExpressible(f"a {schema.schema_type} schema is not Avro")
+        node = self._nodes.get(key)
+        if node is None:
+            node = parse_avro(schema, resolve)
+        type_ = iceberg_type(node)
+        program = compile_program(node)
+        arrow = arrow_type(type_)
+        compiled = _Compiled(type_, AvroDecoder(program, arrow), AvroEncoder(program, arrow))
+        with self._lock:
+            if len(self._compiled) >= MAX_SCHEMAS:
+                self._compiled.clear()  # parsed schemas stay: they hold resolved references
+            self._nodes[key] = node
+            self._compiled[key] = compiled
+        return compiled
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_nodes": dict(self._nodes)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._nodes = state["_nodes"]
+        self._compiled = {}
+        self._lock = threading.Lock()
+
+
+class RawCodec:
+    """Values kept as bytes (the default). It reads no registry schema type, so the table
+    layout never asks it for columns: :meth:`iceberg_type` raises
+    :class:`SchemaNotExpressible`. :meth:`decode` and :meth:`encode` are the identity on
+    bytes (every payload "decodes" to itself, canonically)."""
+
+    schema_types: tuple[str, ...] = ()
+
+    def iceberg_type(self, schema: RegisteredSchema, resolve: Resolve) -> IcebergType:
+        """Always raises: raw values have no typed columns."""
+        raise SchemaNotExpressible("the raw codec keeps values as bytes in kafka_value")
+
+    def decode(self, schema: RegisteredSchema, payloads: pa.Array) -> DecodedValues:
+        """The payloads themselves, none kept aside, none failed."""
+        data, offsets = payload_buffers(payloads)
+        rows = len(offsets) - 1
+        values = pa.Array.from_buffers(
+            pa.large_binary(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+        )
+        return DecodedValues(
+            values=values, keep_bytes=np.zeros(rows, dtype=bool), errors=[None] * rows
+        )
+
+    def encode(self, schema: RegisteredSchema, values: pa.Array) -> pa.Array:
+        """The values themselves, as ``large_binary``."""
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        return values.cast(pa.large_binary())
