@@ -246,6 +246,13 @@ class SchemaRegistryClient:
             self._subjects[subject] = (now, versions)
             return list(versions)
 
+    def forget_subject(self, subject: str) -> None:
+        """Drop the cached versions of ``subject``, so the next :meth:`subject_schemas` asks the
+        registry: for a caller that met a schema id its layout does not know (a version
+        registered since the cache was filled)."""
+        with self._key_lock("subject", subject):
+            self._subjects.pop(subject, None)
+
     async def aschema_by_id(self, schema_id: int) -> RegisteredSchema:
         """:meth:`schema_by_id` for async code: a cached schema at once, else in a thread."""
         found = self._by_id.get(schema_id)

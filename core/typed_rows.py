@@ -57,6 +57,7 @@ __all__ = [
     "TopicCodecs",
     "TypedRows",
     "build_layout",
+    "build_layout_seeing",
     "frame_payloads",
     "report_undecodable",
     "split_framing",
@@ -180,6 +181,39 @@ def build_layout(
     if codecs is None:
         return typed_layout(base, last_column_id, None, None)
     return typed_layout(base, last_column_id, versions(codecs.value), versions(codecs.key))
+
+
+def build_layout_seeing(
+    base: Schema,
+    last_column_id: int,
+    codecs: TopicCodecs | None,
+    source: SchemaSource,
+    value_ids: Sequence[int] = (),
+    key_ids: Sequence[int] = (),
+) -> TypedLayout:
+    """:func:`build_layout` for rows whose schema ids are known (``value_ids``, ``key_ids``):
+    when one of them is neither a version the layout took nor one it rejected (a version
+    registered after the source cached the subject), the subjects are read again once, so such
+    rows are not kept raw for a stale cache."""
+    layout = build_layout(base, last_column_id, codecs, source)
+    if codecs is None:
+        return layout
+    stale = []
+    for side_codecs, side, ids in (
+        (codecs.value, layout.value, value_ids),
+        (codecs.key, layout.key, key_ids),
+    ):
+        if side_codecs is None:
+            continue
+        known = set(side.schemas) | set(side.rejected) if side is not None else set()
+        if any(int(i) not in known for i in ids):
+            stale.append(side_codecs.subject)
+    forget = getattr(source, "forget_subject", None)
+    if not stale or forget is None:
+        return layout
+    for subject in stale:
+        forget(subject)
+    return build_layout(base, last_column_id, codecs, source)
 
 
 # --------------------------------------------------------------------------- framing
@@ -541,8 +575,12 @@ class TypedRows:
         field_of = _side_columns(side, key)
         pieces: list[pa.Array] = []
         order: list[np.ndarray] = []
-        for schema_id in np.unique(ids[need]):
-            positions = np.nonzero(need & (ids == schema_id))[0]
+        distinct = _distinct(ids[need])
+        every_row = len(distinct) == 1 and bool(need.all())
+        for schema_id in distinct:
+            positions = (
+                np.arange(len(raw)) if every_row else np.nonzero(need & (ids == schema_id))[0]
+            )
             schema = self._schema(side, int(schema_id))
             if schema is None:
                 raise SchemaNotFound(
@@ -555,7 +593,7 @@ class TypedRows:
                 raise SchemaNotExpressible(
                     f"rows with schema id {int(schema_id)} have no kept bytes but {problem}"
                 )
-            selected = rows.take(pa.array(positions))
+            selected = rows if every_row else rows.take(pa.array(positions))
             target = arrow_type(type_)
             if isinstance(type_, StructType):
                 by_field = {field_of[c]: c for c in side.columns}
@@ -573,6 +611,8 @@ class TypedRows:
                 values = _project(_chunk(selected.column(single)), target)
             pieces.append(frame_payloads(int(schema_id), codec.encode(schema, values)))
             order.append(positions)
+        if every_row:
+            return pieces[0]
         rest = np.nonzero(~need)[0]
         pieces.append(raw.take(pa.array(rest)))
         permutation = np.concatenate([*order, rest])

@@ -5,7 +5,9 @@ docs/architecture.md.
 
 Modules, one job each: :mod:`.config` (settings), :mod:`.topics` (which topics are served:
 listed ones, or every topic with a table), :mod:`.cache` (memory-bounded LRU),
-:mod:`.segments` (decoded row groups), :mod:`.coldset` (pruned reads of the tables),
+:mod:`.segments` (decoded row groups), :mod:`.typed` (typed tables' rows back to their original
+bytes), :mod:`.projection` (older data files read in the table's current schema),
+:mod:`.coldset` (pruned reads of the tables),
 :mod:`.store` (catalog, reader threads, caches, read-ahead),
 :mod:`.batches` (record batches within byte budgets), :mod:`.planner` (which partitions the
 coldset serves, and what), :mod:`.kafka_state` (topic ids and end offsets asked of Kafka out of

@@ -6,7 +6,9 @@ partition with a ``kafka_partition`` row filter, which keeps the data files whos
 ``kafka_offset`` bounds can hold the partition's rows; a fetch then picks the files whose offset
 bounds reach the fetch offset, opens their Parquet footers and reads only the row groups whose
 offset statistics overlap. Row groups are decoded once and cached within a memory bound; a
-sequential consumer gets the next row groups loaded ahead of it.
+sequential consumer gets the next row groups loaded ahead of it. A typed table (values or keys
+as columns) has a payload encoder per snapshot that rebuilds the original bytes as row groups
+are decoded.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pyiceberg.types import LongType, TimestamptzType
 
 from bergstream.core.api import OFFSET_ID, TIMESTAMP_ID, table_boundary
 from bergstream.plugins.ksi_fetch_filter.segments import (
+    PayloadEncoder,
     Segment,
     SegmentRef,
     concat_segments,
@@ -75,6 +78,13 @@ class _Snapshot:
     table: Table | None
     loaded_at: float
     files: dict[int, list[FileRef]] = field(default_factory=dict)
+    encoder: PayloadEncoder | None = None
+    #: What the encoder was made from: the schema id and the table's properties.
+    shape: tuple[int, tuple[tuple[str, str], ...]] | None = None
+
+
+def _shape(table: Table) -> tuple[int, tuple[tuple[str, str], ...]]:
+    return table.metadata.current_schema_id, tuple(sorted(table.properties.items()))
 
 
 def _bound(bounds: dict[int, bytes] | None, field_id: int, kind: Any) -> int | None:
@@ -116,12 +126,22 @@ class ColdTable:
                 self._failure = None
                 current = table.metadata.current_snapshot()
                 snapshot_id = None if current is None else current.snapshot_id
+                shape = _shape(table)
                 if snap is not None and snap.snapshot_id == snapshot_id:
                     snap.loaded_at = now
+                    if snap.shape != shape:  # a schema or property change without new rows
+                        snap.encoder = self.store.encoder_for(self.topic, table)
+                        snap.shape = shape
                     return snap
                 snap = _Snapshot(snapshot_id, table_boundary(table), table, now)
+                snap.encoder = self.store.encoder_for(self.topic, table)
+                snap.shape = shape
             self._snapshot = snap
             return snap
+
+    def encoder(self) -> PayloadEncoder | None:
+        """The payload encoder of the current snapshot (None for a raw table)."""
+        return self._current().encoder
 
     def _files(self, snap: _Snapshot, partition: int) -> list[FileRef]:
         files = snap.files.get(partition)
@@ -197,14 +217,16 @@ class ColdTable:
             chosen = [r for r in refs if r.low <= lead.high]
             slices: tuple[tuple[tuple[str, int, int, int], int], ...] = ()
             if len(chosen) == 1:  # the usual case: one row group, read slices of it
-                found = self.store.slices_from(lead, partition, offset, want_bytes)
+                found = self.store.slices_from(lead, partition, offset, want_bytes, snap.encoder)
                 if not found:
                     offset = lead.high + 1
                     continue
                 slices = tuple((key, piece.offsets[-1]) for key, piece in found)
                 segment = concat_segments([piece for _, piece in found])
             else:  # row groups whose offset ranges overlap: merge them whole
-                segment = merge_segments([self.store.segment(r, partition) for r in chosen])
+                segment = merge_segments(
+                    [self.store.segment(r, partition, snap.encoder) for r in chosen]
+                )
             limit = min(lead.high, boundary - 1)
             start = segment.index_of(offset)
             stop = bisect_right(segment.offsets, limit)
@@ -250,7 +272,7 @@ class ColdTable:
             for ref in sorted(self.store.row_groups(file), key=lambda r: r.low):
                 if best is not None and ref.low > best[0]:
                     break
-                segment = self.store.segment(ref, partition)
+                segment = self.store.segment(ref, partition, snap.encoder)
                 for index, value in enumerate(segment.timestamps):
                     found = segment.offsets[index]
                     if found >= boundary or (best is not None and found >= best[0]):

@@ -52,6 +52,7 @@ from bergstream.plugins.ksi_fetch_filter.responses import (
 )
 from bergstream.plugins.ksi_fetch_filter.store import ColdStore
 from bergstream.plugins.ksi_fetch_filter.topics import Served, ServedTopics
+from bergstream.plugins.ksi_fetch_filter.typed import TypedTables
 
 
 class KsiSetupError(ValueError):
@@ -319,7 +320,8 @@ class KsiFactory(FilterFactory[KsiConfig]):
     def store(self) -> ColdStore:
         """The coldset store (created by :meth:`start`)."""
         if self._store is None:
-            self._store = ColdStore(self.lake, self.config)
+            typed = TypedTables(self.context.config, self.context.plugins)
+            self._store = ColdStore(self.lake, self.config, typed=typed)
         return self._store
 
     async def start(self) -> None:

@@ -1,14 +1,21 @@
 """Decoded coldset rows: a *segment* is one Parquet row group's rows of one Kafka partition,
 sorted by offset, with offsets and timestamps as Python ints and the payload columns kept in
-Arrow until a batch needs them."""
+Arrow until a batch needs them.
+
+A typed table's rows hold their values (and keys) as columns: a :data:`PayloadEncoder` gives
+their original bytes back, once per decoded slice, on the slice's first use (a fetch, or the
+store's read-ahead in the background), so the cached payload is what was produced."""
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -27,6 +34,10 @@ READ_COLUMNS = (
 )
 PAYLOAD_COLUMNS = ("kafka_key", "kafka_value", "kafka_headers")
 
+#: Turns rows of one partition (every column of the data file) into the PAYLOAD_COLUMNS of
+#: their original records (a typed table's); None for a raw table, whose payload is read as is.
+PayloadEncoder = Callable[[pa.Table], pa.Table]
+
 
 @dataclass(frozen=True, slots=True)
 class SegmentRef:
@@ -38,6 +49,40 @@ class SegmentRef:
     high: int
 
 
+class Payload:
+    """The PAYLOAD_COLUMNS of a segment's rows: given, or made once on first use (encoded from
+    a typed table's rows, or joined from other segments' payloads). A failure to make it is
+    raised to that caller and tried again by the next one (a registry may come back)."""
+
+    __slots__ = ("_lock", "_make", "_table")
+
+    def __init__(
+        self, table: pa.Table | None = None, make: Callable[[], pa.Table] | None = None
+    ) -> None:
+        if (table is None) == (make is None):
+            raise ValueError("a payload is either a table or a way to make one")
+        self._table = table
+        self._make = make
+        self._lock = threading.Lock()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the table is made."""
+        return self._table is not None
+
+    def get(self) -> pa.Table:
+        """The payload table (made now if it is not yet, once however many threads ask)."""
+        table = self._table
+        if table is None:
+            with self._lock:
+                if self._table is None:
+                    assert self._make is not None
+                    self._table = self._make()
+                    self._make = None  # frees the typed rows it encoded
+                table = self._table
+        return table
+
+
 @dataclass(frozen=True)
 class Segment:
     """Rows of one Kafka partition sorted by offset (no duplicate offsets)."""
@@ -45,8 +90,13 @@ class Segment:
     offsets: list[int]
     timestamps: list[int]  # ms
     timestamp_types: list[int]
-    payload: pa.Table  # PAYLOAD_COLUMNS, row i matches offsets[i]
+    source: Payload  # PAYLOAD_COLUMNS, row i matches offsets[i]
     nbytes: int
+
+    @property
+    def payload(self) -> pa.Table:
+        """The payload columns (encoded now if they are not yet)."""
+        return self.source.get()
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -81,26 +131,35 @@ class Segment:
         return out
 
 
-def decode_segment(rows: pa.Table, partition: int) -> Segment:
+def decode_segment(rows: pa.Table, partition: int, encode: PayloadEncoder | None = None) -> Segment:
     """Keep ``partition``'s rows of an Arrow table in the row contract, sorted by offset, one
-    row per offset."""
-    rows = rows.filter(pc.equal(rows.column("kafka_partition"), partition))
-    if rows.num_rows > 1:
-        rows = rows.take(pc.sort_indices(rows.column("kafka_offset")))
+    row per offset; ``encode`` makes the payload of a typed table's rows on first use."""
+    # Row groups usually hold one partition's rows in offset order (the table's sort order):
+    # then no column is copied to filter or sort them.
+    if not (rows.column("kafka_partition").to_numpy() == partition).all():
+        rows = rows.filter(pc.equal(rows.column("kafka_partition"), partition))
+    ordered = rows.column("kafka_offset").to_numpy()
+    if len(ordered) > 1 and not (np.diff(ordered) > 0).all():
+        rows = rows.take(pc.sort_indices(rows.column("kafka_offset")))  # stable
+        ordered = rows.column("kafka_offset").to_numpy()
+        first = np.concatenate([[True], np.diff(ordered) != 0])  # first row of each offset
+        if not first.all():
+            rows = rows.filter(pa.array(first))
     offsets: list[int] = rows.column("kafka_offset").to_pylist()
-    keep: list[int] | None = None
-    if any(offsets[i] == offsets[i - 1] for i in range(1, len(offsets))):
-        keep = [i for i in range(len(offsets)) if i == 0 or offsets[i] != offsets[i - 1]]
-        rows = rows.take(pa.array(keep, pa.int64()))
-        offsets = [offsets[i] for i in keep]
     micros = rows.column("kafka_timestamp").cast(pa.int64()).to_pylist()
-    payload = rows.select(list(PAYLOAD_COLUMNS))
+    if encode is None:
+        source = Payload(rows.select(list(PAYLOAD_COLUMNS)))
+        size = source.get().nbytes
+    else:
+        typed = rows
+        source = Payload(make=lambda: encode(typed))
+        size = typed.nbytes  # about the size of the payload it becomes
     return Segment(
         offsets=offsets,
         timestamps=[value // 1000 for value in micros],
         timestamp_types=rows.column("kafka_timestamp_type").to_pylist(),
-        payload=payload,
-        nbytes=payload.nbytes + 120 * len(offsets),
+        source=source,
+        nbytes=size + 120 * len(offsets),
     )
 
 
@@ -117,18 +176,21 @@ def merge_segments(segments: list[Segment]) -> Segment:
     for item in order:
         if not picks or picks[-1][0] != item[0]:
             picks.append(item)
-    tables = [segment.payload for segment in segments]
     bases = [0]
-    for table in tables[:-1]:
-        bases.append(bases[-1] + table.num_rows)
-    combined = pa.concat_tables(tables).combine_chunks()
-    taken = combined.take(pa.array([bases[s] + i for _, s, i in picks], pa.int64()))
+    for segment in segments[:-1]:
+        bases.append(bases[-1] + len(segment))
+    rows = pa.array([bases[s] + i for _, s, i in picks], pa.int64())
+
+    def make() -> pa.Table:
+        combined = pa.concat_tables([segment.payload for segment in segments]).combine_chunks()
+        return combined.take(rows)
+
     return Segment(
         offsets=[offset for offset, _, _ in picks],
         timestamps=[segments[s].timestamps[i] for _, s, i in picks],
         timestamp_types=[segments[s].timestamp_types[i] for _, s, i in picks],
-        payload=taken,
-        nbytes=taken.nbytes + 120 * len(picks),
+        source=Payload(make=make),
+        nbytes=sum(segment.nbytes for segment in segments),
     )
 
 
@@ -136,12 +198,11 @@ def concat_segments(segments: list[Segment]) -> Segment:
     """Segments in offset order whose ranges do not overlap, as one."""
     if len(segments) == 1:
         return segments[0]
-    payload = pa.concat_tables([segment.payload for segment in segments])
     return Segment(
         offsets=[o for segment in segments for o in segment.offsets],
         timestamps=[t for segment in segments for t in segment.timestamps],
         timestamp_types=[t for segment in segments for t in segment.timestamp_types],
-        payload=payload,
+        source=Payload(make=lambda: pa.concat_tables([s.payload for s in segments])),
         nbytes=sum(segment.nbytes for segment in segments),
     )
 
@@ -151,34 +212,40 @@ def _in_order(slices: list[Segment]) -> bool:
 
 
 def read_row_group_slices(
-    parquet: pq.ParquetFile, row_group: int, partition: int, slice_bytes: int
+    parquet: pq.ParquetFile,
+    row_group: int,
+    partition: int,
+    slice_bytes: int,
+    encode: PayloadEncoder | None = None,
 ) -> list[Segment]:
     """One row group's rows of ``partition`` as non-empty slices of about ``slice_bytes``
     decoded bytes, in offset order, each with buffers of its own (so evicting one frees it).
-    Rows written out of offset order are read whole, sorted, then cut."""
+    Rows written out of offset order are read whole, sorted, then cut. With ``encode`` (a
+    typed table) every column is read and each slice's payload is encoded once."""
     metadata = parquet.metadata.row_group(row_group)
     rows = max(metadata.num_rows, 1)
     per_slice = max(64, slice_bytes * rows // max(metadata.total_byte_size, 1))
+    columns = list(READ_COLUMNS) if encode is None else None
     slices = [
-        decode_segment(pa.Table.from_batches([batch]), partition)
+        decode_segment(pa.Table.from_batches([batch]), partition, encode)
         for batch in parquet.iter_batches(
-            batch_size=per_slice, row_groups=[row_group], columns=list(READ_COLUMNS)
+            batch_size=per_slice, row_groups=[row_group], columns=columns
         )
     ]
     slices = [piece for piece in slices if piece.offsets]
     if _in_order(slices):
         return slices
-    whole = decode_segment(parquet.read_row_group(row_group, columns=list(READ_COLUMNS)), partition)
+    whole = decode_segment(parquet.read_row_group(row_group, columns=columns), partition, encode)
     out = []
     for start in range(0, len(whole), per_slice):
         stop = min(start + per_slice, len(whole))
-        payload = whole.payload.take(pa.array(range(start, stop), pa.int64()))
+        payload = whole.payload.take(pa.array(range(start, stop), pa.int64()))  # rare: eager
         out.append(
             Segment(
                 offsets=whole.offsets[start:stop],
                 timestamps=whole.timestamps[start:stop],
                 timestamp_types=whole.timestamp_types[start:stop],
-                payload=payload,
+                source=Payload(payload),
                 nbytes=payload.nbytes + 120 * (stop - start),
             )
         )

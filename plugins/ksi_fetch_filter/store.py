@@ -19,17 +19,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import NoSuchNamespaceError
 
-from bergstream.core.api import ResolvedLake, load_catalog
+from bergstream.core.api import BergstreamConfig, ResolvedLake, load_catalog
 from bergstream.plugins.ksi_fetch_filter.cache import ByteBoundedCache
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdRead, ColdsetError, ColdTable, FileRef
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
 from bergstream.plugins.ksi_fetch_filter.segments import (
+    PayloadEncoder,
     Segment,
     SegmentRef,
     concat_segments,
     read_row_group_slices,
     row_group_offset_range,
 )
+from bergstream.plugins.ksi_fetch_filter.typed import TypedTables
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -49,9 +51,11 @@ class ColdStore:
         lake: ResolvedLake,
         config: KsiConfig,
         catalog_factory: Callable[[ResolvedLake], Catalog] = load_catalog,
+        typed: TypedTables | None = None,
     ) -> None:
         self.lake = lake
         self.config = config
+        self.typed = typed or TypedTables(BergstreamConfig(lake=lake.config))
         self._catalog_factory = catalog_factory
         self._catalog: Catalog | None = None
         self._catalog_lock = threading.Lock()
@@ -75,6 +79,10 @@ class ColdStore:
                 except Exception as error:
                     raise ColdsetError(f"cannot open the lake catalog: {error}") from error
             return self._catalog
+
+    def encoder_for(self, topic: str, table: Table) -> PayloadEncoder | None:
+        """The payload encoder of ``topic``'s table as loaded (None for a raw table)."""
+        return self.typed.encoder(topic, table)
 
     def table(self, topic: str) -> ColdTable | None:
         """The cold table of ``topic``, or None if KSI does not serve it."""
@@ -139,12 +147,20 @@ class ColdStore:
                 return snap.table
         raise ColdsetError("no coldset table is loaded")
 
-    def segment(self, ref: SegmentRef, partition: int) -> Segment:
-        """Every decoded row of ``partition`` in one row group (its slices joined)."""
-        return concat_segments(self._slices(ref, partition))
+    def segment(
+        self, ref: SegmentRef, partition: int, encode: PayloadEncoder | None = None
+    ) -> Segment:
+        """Every decoded row of ``partition`` in one row group (its slices joined);
+        ``encode`` is the table's payload encoder (typed tables)."""
+        return concat_segments(self._slices(ref, partition, encode=encode))
 
     def slices_from(
-        self, ref: SegmentRef, partition: int, offset: int, want_bytes: int
+        self,
+        ref: SegmentRef,
+        partition: int,
+        offset: int,
+        want_bytes: int,
+        encode: PayloadEncoder | None = None,
     ) -> list[tuple[tuple[str, int, int, int], Segment]]:
         """Cached slices of a row group: the one holding the first row of ``partition`` at
         or after ``offset``, then the next ones while fewer than ``want_bytes`` are gathered
@@ -152,7 +168,7 @@ class ColdStore:
         base = (ref.path, ref.row_group, partition)
         index = self._slice_index.get(base)
         if index is None:
-            self._slices(ref, partition, force=True)
+            self._slices(ref, partition, force=True, encode=encode)
             index = self._slice_index.get(base, [])
         number = bisect_left(index, offset, key=lambda bounds: bounds[1])
         out: list[tuple[tuple[str, int, int, int], Segment]] = []
@@ -161,7 +177,7 @@ class ColdStore:
             key = (*base, number)
             piece = self.segments.get(key)
             if piece is None:
-                pieces = self._slices(ref, partition, force=True)
+                pieces = self._slices(ref, partition, force=True, encode=encode)
                 if number >= len(pieces):
                     break
                 piece = pieces[number]
@@ -182,9 +198,16 @@ class ColdStore:
             (ref.path, ref.row_group, partition, n) in self.segments for n in range(len(index))
         )
 
-    def _slices(self, ref: SegmentRef, partition: int, force: bool = False) -> list[Segment]:
+    def _slices(
+        self,
+        ref: SegmentRef,
+        partition: int,
+        force: bool = False,
+        encode: PayloadEncoder | None = None,
+    ) -> list[Segment]:
         """The slices of a row group, from the cache or read now (once, however many threads
-        ask at the same time)."""
+        ask at the same time). A data file is immutable and its rows' bytes do not depend on
+        the table's later schemas, so slices stay valid across snapshots."""
         base = (ref.path, ref.row_group, partition)
         if not force:
             cached = self._cached_slices(base)
@@ -204,7 +227,7 @@ class ColdStore:
         if not owner:
             return future.result()
         try:
-            slices = self._read_slices(ref, partition)
+            slices = self._read_slices(ref, partition, encode)
         except BaseException as error:
             future.set_exception(error)
             raise
@@ -229,39 +252,58 @@ class ColdStore:
             return None
         return pieces  # type: ignore[return-value]
 
-    def _read_slices(self, ref: SegmentRef, partition: int) -> list[Segment]:
+    def _read_slices(
+        self, ref: SegmentRef, partition: int, encode: PayloadEncoder | None
+    ) -> list[Segment]:
         table = self._any_table()
         try:
             with table.io.new_input(ref.path).open() as stream:
                 return read_row_group_slices(
-                    pq.ParquetFile(stream), ref.row_group, partition, _SLICE_BYTES
+                    pq.ParquetFile(stream), ref.row_group, partition, _SLICE_BYTES, encode
                 )
+        except ColdsetError:
+            raise
         except Exception as error:
             raise ColdsetError(
                 f"cannot read row group {ref.row_group} of {ref.path}: {error}"
             ) from error
 
     def prefetch(self, cold: ColdTable, partition: int, offset: int) -> None:
-        """Load the row groups after ``offset`` in the background (errors are ignored: the
-        fetch that needs them reads them again and reports the failure)."""
+        """Load the row groups after ``offset`` in the background, and encode the payloads
+        of a typed table's slices from ``offset`` on (errors are ignored: the fetch that needs
+        them reads them again and reports the failure)."""
         count = self.config.read_ahead_segments
         if count <= 0:
             return
 
         def work() -> None:
             try:
+                encode = cold.encoder()
                 for ref in cold.next_refs(partition, offset, count):
-                    if self._cached(ref, partition):
-                        continue
-                    # Only into room the unread entries leave: never evict what a reader
-                    # still needs to make room for what it may need later.
-                    if self.segments.live_size + self._row_group_bytes > self.segments.max_bytes:
-                        return
-                    self._slices(ref, partition)
+                    if not self._cached(ref, partition):
+                        # Only into room the unread entries leave: never evict what a reader
+                        # still needs to make room for what it may need later.
+                        live = self.segments.live_size
+                        if live + self._row_group_bytes > self.segments.max_bytes:
+                            return
+                        self._slices(ref, partition, encode=encode)
+                    if encode is not None:
+                        self._encode_ahead(ref, partition, offset)
             except Exception:  # read-ahead is best effort
                 pass
 
         self.executor.submit(work)
+
+    def _encode_ahead(self, ref: SegmentRef, partition: int, offset: int) -> None:
+        """Make the payloads of the cached slices of a row group holding offsets from
+        ``offset`` on, so the fetches reaching them find their bytes ready."""
+        base = (ref.path, ref.row_group, partition)
+        for number, (_, last) in enumerate(self._slice_index.get(base, [])):
+            if last < offset:
+                continue
+            piece = self.segments.get((*base, number))
+            if piece is not None and not piece.source.ready:
+                piece.source.get()
 
     async def run(self, function: Callable[..., T], *args: Any) -> T:
         """Run a blocking coldset call on the reader threads, within ``read_timeout_seconds``;

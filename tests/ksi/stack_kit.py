@@ -141,11 +141,17 @@ def delete_records_below(bootstrap: str, topic: str, partitions: int, offset: in
 
 
 def start_ksi_proxy(
-    tmp: Path, kafka_bootstrap: str, topics: list[str] | None, lake: str, extra: str = ""
+    tmp: Path,
+    kafka_bootstrap: str,
+    topics: list[str] | None,
+    lake: str,
+    extra: str = "",
+    env: dict[str, str] | None = None,
 ) -> ProxyProcess:
     """``bergstream run -c`` with one virtual cluster whose chain is the ksi filter, serving
     ``topics`` (None: no ``topics`` key, so every topic with a table); ``extra`` adds
-    settings (``", key: value"``)."""
+    settings (``", key: value"``); ``lake`` is appended to the file as is (a ``lake:`` section,
+    and any other top-level section such as ``codecs:``); ``env`` adds environment variables."""
     port = free_port_block(4)
     config = tmp / f"ksi-{port}.yaml"
     listed = "" if topics is None else "topics: [" + ", ".join(f'"{t}"' for t in topics) + "]"
@@ -164,7 +170,7 @@ def start_ksi_proxy(
         )
         + lake
     )
-    proxy = start_bergstream_run(config, f"127.0.0.1:{port}", what="the proxy")
+    proxy = start_bergstream_run(config, f"127.0.0.1:{port}", env, what="the proxy")
     return proxy
 
 

@@ -171,3 +171,34 @@ def test_a_layout_is_deterministic(count: int) -> None:
     table_one = TypedRows(one, codecs(), source).decode(rows(values)).table
     table_two = TypedRows(two, codecs(), source).decode(rows(values)).table
     assert table_one.equals(table_two)
+
+
+def test_a_schema_id_the_cached_subject_does_not_know_refreshes_the_layout_once() -> None:
+    from bergstream.core.api import build_layout_seeing
+
+    class CachedSubject(StoredSchemas):
+        """Serves the subject's versions as first seen until forget_subject is called."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.cached: list[RegisteredSchema] | None = None
+            self.forgotten = 0
+
+        def subject_schemas(self, subject: str) -> list[RegisteredSchema]:
+            if self.cached is None:
+                self.cached = super().subject_schemas(subject)
+            return list(self.cached)
+
+        def forget_subject(self, subject: str) -> None:
+            self.cached = None
+            self.forgotten += 1
+
+    source = CachedSubject().add([schema(1, 1)])
+    assert build_layout(ROW_SCHEMA, 10, codecs(), source).value.schemas.keys() == {1}
+    source.add([schema(2, 2)])  # registered after the cache was filled
+    stale = build_layout(ROW_SCHEMA, 10, codecs(), source)
+    assert stale.value.schemas.keys() == {1}
+    fresh = build_layout_seeing(ROW_SCHEMA, 10, codecs(), source, value_ids=[1, 2])
+    assert fresh.value.schemas.keys() == {1, 2} and source.forgotten == 1
+    build_layout_seeing(ROW_SCHEMA, 10, codecs(), source, value_ids=[1, 2])
+    assert source.forgotten == 1  # nothing unknown: no refresh
