@@ -13,9 +13,13 @@ from typing import TYPE_CHECKING
 import click
 
 from bergstream.core.api import (
+    BergstreamConfig,
     ConfigError,
     ConfigSectionRegistration,
     PluginError,
+    PluginRegistry,
+    ServiceContext,
+    bergstream_home,
     hookimpl,
     load_config,
     load_registry,
@@ -45,13 +49,20 @@ _CONFIG_OPTION = click.option(
 _TOPIC_OPTION = click.option("--topic", required=True, help="Kafka topic (its table is named so).")
 
 
-def _lake(config_file: Path) -> PipelineLake:
-    """The lake of ``config_file``, loaded as ``bergstream config check`` and ``bergstream run``
-    load it (every plugin installed), so the three accept the same files."""
+def _config(config_file: Path) -> tuple[BergstreamConfig, PluginRegistry]:
+    """``config_file`` loaded as ``bergstream config check`` and ``bergstream run`` load it
+    (every plugin installed), so the three accept the same files; with the plugins."""
     try:
-        config = load_config(config_file, registry=load_registry())
+        registry = load_registry()
+        return load_config(config_file, registry=registry), registry
     except (ConfigError, PluginError) as error:
         raise click.ClickException(str(error)) from None
+
+
+def _lake(config_file: Path, config: BergstreamConfig | None = None) -> PipelineLake:
+    """The lake of ``config_file`` (or of its already loaded ``config``)."""
+    if config is None:
+        config, _ = _config(config_file)
     if config.lake is None:
         raise click.ClickException(
             f"{config_file}: there is no lake: section; add one (see examples/lake.yaml and "
@@ -109,12 +120,20 @@ def register_commands(cli: click.Group) -> None:
         --once. Progress goes to stderr, a JSON summary to stdout."""
         from bergstream.pipeline.session import PipelineSetupError
         from bergstream.pipeline.stream import PipelineError, run_pipeline, stop_on_signals
+        from bergstream.pipeline.typed import topic_typing
 
-        lake = _lake(config_file)
+        config, plugins = _config(config_file)
+        lake = _lake(config_file, config)
+        try:
+            codecs = topic_typing(ServiceContext(config, plugins, bergstream_home()), topic)
+        except PipelineSetupError as error:
+            raise click.ClickException(str(error)) from None
         stop = stop_on_signals()
         spark = _spark(lake)
         try:
-            result = run_pipeline(spark, lake, topic, once=once, report=_echo, stop=stop)
+            result = run_pipeline(
+                spark, lake, topic, once=once, report=_echo, stop=stop, codecs=codecs
+            )
         except (PipelineError, PipelineSetupError) as error:
             raise click.ClickException(str(error)) from None
         finally:

@@ -78,6 +78,9 @@ def build_session(extra: dict[str, str] | None = None) -> SparkSession:
             "the lake pipeline needs pyspark: pip install 'bergstream[pipeline]'"
         ) from None
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers on this interpreter: typed tables decode in them, with bergstream's own
+    # modules (PySpark reads only the environment variable, not spark.pyspark.python).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     for key, value in session_conf(extra).items():
         builder = builder.config(key, value)

@@ -11,6 +11,9 @@ Exactly once does not rest on Spark's checkpoint. Each micro-batch:
 A batch with nothing new commits nothing. On start the Kafka source begins at the boundary (each
 partition it does not cover at its log start), so a run with its checkpoint deleted resumes where
 the table ends.
+
+A topic the ``codecs:`` section types gets typed columns: each batch's rows are
+decoded on their way to the same append (:mod:`~bergstream.pipeline.typed_batch`).
 """
 
 from __future__ import annotations
@@ -27,15 +30,19 @@ from typing import TYPE_CHECKING, Any
 
 from bergstream.core.api import (
     BOUNDARY_PROPERTY,
+    ROW_SCHEMA,
     Boundary,
     format_boundary,
     merge_boundaries,
+    report_undecodable,
 )
 from bergstream.pipeline.checkpoint import batch_end_offsets, checkpoint_path, topic_lock
 from bergstream.pipeline.kafka import TopicOffsets, topic_offsets
 from bergstream.pipeline.session import PipelineSetupError
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.tables import LakeTable, open_table
+from bergstream.pipeline.typed import TopicTyping
+from bergstream.pipeline.typed_batch import TypedBatches
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -139,13 +146,22 @@ def _offsets_text(boundary: Boundary, limit: int = 8) -> str:
 
 
 class BatchWriter:
-    """The ``foreachBatch`` function: one idempotent Iceberg append per micro-batch."""
+    """The ``foreachBatch`` function: one idempotent Iceberg append per micro-batch (its rows
+    decoded by ``typed`` on the way for a typed topic)."""
 
-    def __init__(self, table: LakeTable, checkpoint: Path, result: RunResult, report: Report):
+    def __init__(
+        self,
+        table: LakeTable,
+        checkpoint: Path,
+        result: RunResult,
+        report: Report,
+        typed: TypedBatches | None = None,
+    ):
         self.table = table
         self.checkpoint = checkpoint
         self.result = result
         self.report = report
+        self.typed = typed
         self.started = time.monotonic()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -158,6 +174,33 @@ class BatchWriter:
             return  # only aborted records or transaction markers: no snapshot
         new = merge_boundaries(old, end)
         text = format_boundary(new)
+        undecodable = 0
+        if self.typed is None:
+            self._append(self._with_table_columns(rows), text)
+        else:
+            causes = self.typed.write(rows, lambda frame: self._append(frame, text))
+            report_undecodable("pipeline", self.table.topic, causes)
+            undecodable = sum(causes.values())
+        self._account(batch_id, text, new, undecodable)
+
+    def _with_table_columns(self, rows: DataFrame) -> DataFrame:
+        """Raw rows for a table that has typed columns (its topic is no longer typed by the
+        ``codecs:`` section): those columns null, the bytes in ``kafka_value``."""
+        from pyspark.sql import functions as F
+
+        if len(self.table.current_schema(refresh=False).schema.fields) == len(rows.columns):
+            return rows
+        target = self.table.spark.table(self.table.name).schema
+        return rows.select(
+            *(
+                F.col(f.name)
+                if f.name in rows.columns
+                else F.lit(None).cast(f.dataType).alias(f.name)
+                for f in target.fields
+            )
+        )
+
+    def _append(self, rows: DataFrame, text: str) -> None:
         (
             rows.writeTo(self.table.name)
             .option(f"snapshot-property.{BOUNDARY_PROPERTY}", text)
@@ -168,9 +211,8 @@ class BatchWriter:
             .option("fanout-enabled", "true")
             .append()
         )
-        self._account(batch_id, text, new)
 
-    def _account(self, batch_id: int, text: str, boundary: Boundary) -> None:
+    def _account(self, batch_id: int, text: str, boundary: Boundary, undecodable: int) -> None:
         self.table.refresh()
         summary: dict[str, str] = {}
         for _, _, candidate in self.table.summaries():
@@ -191,6 +233,7 @@ class BatchWriter:
             f"total {result.records:,} records, {result.records / elapsed:,.0f} records/s, "
             f"{result.bytes_written / 1e6 / elapsed:.1f} MB/s written | "
             f"offsets {_offsets_text(boundary)}"
+            + (f" | {undecodable:,} value(s) kept as bytes" if undecodable else "")
         )
 
 
@@ -226,10 +269,20 @@ def run_pipeline(
     once: bool,
     report: Report = print,
     stop: threading.Event | None = None,
+    codecs: TopicTyping | None = None,
+    registry_wait_seconds: float = 60.0,
 ) -> RunResult:
     """Copy ``topic`` into its table until Kafka has nothing more (``once``) or until ``stop``
-    is set (continuous, one micro-batch per ``lake.pipeline.trigger_interval_seconds``)."""
+    is set (continuous, one micro-batch per ``lake.pipeline.trigger_interval_seconds``).
+
+    With ``codecs`` (:func:`~bergstream.pipeline.typed.topic_typing`) the table gets the
+    topic's typed columns; a batch whose Schema Registry does not answer waits for it, as long
+    as a continuous run lasts, at most ``registry_wait_seconds`` in a ``once`` run (which then
+    fails, retriable)."""
     began = time.monotonic()
+    stop = stop or threading.Event()
+    if codecs is not None:
+        _require_pandas()
     table = open_table(spark, lake, topic, create=True)
     settings = lake.pipeline
     with topic_lock(lake.checkpoint_dir, lake.namespace, topic):
@@ -243,7 +296,24 @@ def run_pipeline(
             f"table at {_offsets_text(boundary)}, Kafka log start "
             f"{_offsets_text(offsets.log_start)}, end {_offsets_text(offsets.end)}"
         )
-        writer = BatchWriter(table, checkpoint, result, report)
+        if codecs is None and len(table.current_schema(refresh=False).schema.fields) > len(
+            ROW_SCHEMA.fields
+        ):
+            report(
+                f"warning: {lake.namespace}.{topic} has typed columns but no codecs: rule types "
+                "the topic: its records are written as bytes (kafka_value), typed columns null"
+            )
+        typed = None
+        if codecs is not None:
+            typed = TypedBatches(
+                table,
+                codecs,
+                report,
+                once=once,
+                stop=stop,
+                registry_wait_seconds=registry_wait_seconds,
+            )
+        writer = BatchWriter(table, checkpoint, result, report, typed)
         stream = (
             _source(spark, lake, topic, start)
             .writeStream.queryName(f"bergstream-{lake.namespace}-{topic}")
@@ -255,10 +325,21 @@ def run_pipeline(
         else:
             stream = stream.trigger(processingTime=f"{settings.trigger_interval_seconds} seconds")
         query = stream.start()
-        _await(query, once, stop or threading.Event())
+        _await(query, once, stop)
     result.seconds = time.monotonic() - began
     result.boundary = table.boundary()
     return result
+
+
+def _require_pandas() -> None:
+    """Spark's ``mapInArrow`` (the typed decoding step) needs pandas on the driver."""
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        raise PipelineSetupError(
+            "typed tables (a codecs: rule for this topic) need pandas, which Spark's mapInArrow "
+            "requires: pip install pandas"
+        ) from None
 
 
 def stop_on_signals() -> threading.Event:

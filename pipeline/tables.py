@@ -3,7 +3,7 @@ for its boundary. Goes through Iceberg's Java API (py4j), the same code Spark wr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -22,9 +22,17 @@ from bergstream.core.api import (
 from bergstream.pipeline.session import PipelineSetupError
 
 if TYPE_CHECKING:
+    from pyiceberg.schema import Schema
     from pyspark.sql import SparkSession
 
-__all__ = ["TABLE_PROPERTIES", "BoundarySnapshot", "LakeTable", "ensure_bucket", "open_table"]
+__all__ = [
+    "TABLE_PROPERTIES",
+    "BoundarySnapshot",
+    "LakeTable",
+    "TableSchema",
+    "ensure_bucket",
+    "open_table",
+]
 
 #: Properties of a new topic table.
 TABLE_PROPERTIES: dict[str, str] = {
@@ -44,6 +52,20 @@ class BoundarySnapshot:
     snapshot_id: int | None
     timestamp_ms: int | None
     boundary: Boundary
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """A table's current schema (field ids included), its last column id and its
+    properties."""
+
+    schema: Schema
+    last_column_id: int
+    properties: Mapping[str, str]
+
+
+#: Attempts at a schema commit that lost a race with another commit (maintenance).
+_COMMIT_ATTEMPTS = 5
 
 
 def _java_error_class(error: Exception) -> str:
@@ -101,6 +123,60 @@ class LakeTable:
     def boundary(self, refresh: bool = True) -> Boundary:
         """The table's boundary: next offset per Kafka partition (``{}`` for a new table)."""
         return self.boundary_snapshot(refresh).boundary
+
+    def current_schema(self, refresh: bool = True) -> TableSchema:
+        """The table's schema, last column id and properties as the catalog has them now."""
+        from pyiceberg.schema import Schema
+
+        if refresh:
+            self.refresh()
+        metadata = self.java.operations().current()
+        jvm = _jvm(self.spark)
+        text = str(jvm.org.apache.iceberg.SchemaParser.toJson(metadata.schema()))
+        properties = {str(k): str(v) for k, v in dict(metadata.properties()).items()}
+        return TableSchema(
+            Schema.model_validate_json(text), int(metadata.lastColumnId()), properties
+        )
+
+    def commit_schema(
+        self, schema: Schema, last_column_id: int, properties: Mapping[str, str]
+    ) -> bool:
+        """Make ``schema`` (with its own field ids, not renumbered) the current schema, with
+        ``last_column_id``, and set ``properties``, in one metadata commit; nothing happens
+        when the table has them already. Returns whether it committed. A commit that lost a
+        race (a maintenance commit in between) is tried again on the fresh metadata."""
+        jvm = _jvm(self.spark)
+        java_schema = jvm.org.apache.iceberg.SchemaParser.fromJson(schema.model_dump_json())
+        for attempt in range(_COMMIT_ATTEMPTS):
+            current = self.current_schema()
+            new_schema = (
+                current.schema.as_struct() != schema.as_struct()
+                or current.last_column_id != last_column_id
+            )
+            changed = {k: v for k, v in properties.items() if current.properties.get(k) != v}
+            if not new_schema and not changed:
+                return False
+            operations = self.java.operations()
+            base = operations.current()
+            builder = jvm.org.apache.iceberg.TableMetadata.buildFrom(base)
+            if new_schema:
+                builder = builder.setCurrentSchema(java_schema, last_column_id)
+            if changed:
+                updates = jvm.java.util.HashMap()
+                for key, value in changed.items():
+                    updates.put(key, value)
+                builder = builder.setProperties(updates)
+            try:
+                operations.commit(base, builder.build())
+            except Exception as error:
+                if "CommitFailedException" not in _java_error_class(error) or (
+                    attempt == _COMMIT_ATTEMPTS - 1
+                ):
+                    raise
+                continue
+            self.refresh()
+            return True
+        return False
 
     def snapshot_count(self) -> int:
         """Number of snapshots in the table's metadata."""

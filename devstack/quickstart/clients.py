@@ -8,7 +8,6 @@ from the ``duckdb-extension-*`` wheels, so nothing is downloaded at query time.
 from __future__ import annotations
 
 import importlib.util
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,14 +148,14 @@ class SqlSession:
 
 @dataclass
 class KsiRead:
-    """What a consumer read through KSI: per partition the offsets seen, plus the payment ids."""
+    """What a consumer read through KSI: per partition the offsets seen, plus every value."""
 
     records: int = 0
     first: dict[int, int] = field(default_factory=dict)
     last: dict[int, int] = field(default_factory=dict)
     gaps: int = 0
     below_log_start: int = 0
-    ids: set[str] = field(default_factory=set)
+    values: list[bytes] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -169,8 +168,8 @@ async def read_from_offset_zero(
 ) -> KsiRead:
     """Consume every partition of ``topic`` through ``bootstrap`` as a new consumer with
     ``auto_offset_reset=earliest`` (it asks the proxy where a partition begins) until each
-    reaches its end offset in ``ends``; count records, offset gaps, records below Kafka's log
-    start (served by KSI from the coldset) and distinct payment ids."""
+    reaches its end offset in ``ends``; count records, offset gaps and records below Kafka's log
+    start (served by KSI from the coldset), and keep every value (null ones as ``b""``)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(
@@ -204,7 +203,7 @@ async def read_from_offset_zero(
                     read.records += 1
                     if offset < kafka_log_start.get(partition, 0):
                         read.below_log_start += 1
-                    read.ids.add(json.loads(message.value or b"{}").get("id", ""))
+                    read.values.append(message.value or b"")
                     if offset + 1 >= ends[partition]:
                         done.add(partition)
     finally:

@@ -1,8 +1,11 @@
-"""The quickstart's config file: ISK, a KSI virtual cluster and a lake, in one YAML file.
+"""The quickstart's config file: ISK, a KSI virtual cluster, a lake and the topic's codecs, in one
+YAML file.
 
-It follows ``examples/isk.yaml``, ``examples/ksi.yaml`` and ``examples/lake.yaml`` with every value
-resolved (the stack's Kafka address, ports, paths under ``$BERGSTREAM_HOME/quickstart``), so the
-file runs as is: ``bergstream run -c $BERGSTREAM_HOME/quickstart.yaml``.
+It follows ``examples/typed.yaml`` (the isk, ksi and lake examples plus a ``codecs:`` section:
+the topic's values are Avro of the stack's Schema Registry, typed columns everywhere) with every
+value resolved (the stack's Kafka and registry addresses, ports, paths under
+``$BERGSTREAM_HOME/quickstart``), so the file runs as is:
+``bergstream run -c $BERGSTREAM_HOME/quickstart.yaml``.
 
 Every section is typed here (:class:`QuickstartConfig` and the classes it is made of) without
 importing a model: core's models are core's to change, and the ``ksi`` and ``isk`` settings and the
@@ -34,6 +37,8 @@ __all__ = [
     "ISK_ACCESS_KEY",
     "ISK_SECRET_KEY",
     "Choice",
+    "CodecRuleSection",
+    "CodecsSection",
     "GatewaySection",
     "IskHttpSettings",
     "IskSettings",
@@ -44,10 +49,12 @@ __all__ = [
     "PipelineSettings",
     "QuickstartConfig",
     "QuickstartConfigError",
+    "SchemaRegistrySection",
     "SqliteIndexSettings",
     "TargetSection",
     "VirtualClusterSection",
     "check_config",
+    "codecs_section",
     "isk_settings",
     "ksi_settings",
     "pipeline_settings",
@@ -174,12 +181,43 @@ class LakeSection(TypedDict):
     pipeline: PipelineSettings
 
 
+class SchemaRegistrySection(TypedDict):
+    """``codecs.schema_registry``: where the Schema Registry's Confluent-compatible API is."""
+
+    url: str
+
+
+class CodecRuleSection(TypedDict):
+    """One rule of ``codecs.topics``: the codecs of the topics ``match`` names."""
+
+    match: str
+    value: str
+    key: str
+
+
+class CodecsSection(TypedDict):
+    """The ``codecs:`` section, read alike by the pipeline, ISK and KSI."""
+
+    schema_registry: SchemaRegistrySection
+    topics: list[CodecRuleSection]
+
+
 class QuickstartConfig(TypedDict):
     """The whole file."""
 
+    codecs: CodecsSection
     virtual_clusters: list[VirtualClusterSection]
     services: list[Choice[IskSettings]]
     lake: LakeSection
+
+
+def codecs_section(registry_url: str, topic: str) -> CodecsSection:
+    """``topic``'s values decoded by the codec of their registered schema's type (Avro here),
+    the schemas read from the registry at ``registry_url``; keys stay bytes."""
+    return {
+        "schema_registry": {"url": registry_url},
+        "topics": [{"match": topic, "value": "registry", "key": "raw"}],
+    }
 
 
 def ksi_settings(topic: str) -> KsiSettings:
@@ -222,12 +260,14 @@ def pipeline_settings(lake: Path) -> PipelineSettings:
 
 
 def quickstart_config(
-    kafka_bootstrap: str, topic: str, ports: QuickstartPorts, workdir: Path
+    kafka_bootstrap: str, registry_url: str, topic: str, ports: QuickstartPorts, workdir: Path
 ) -> QuickstartConfig:
-    """The config as a mapping: the ``isk`` service, the ``ksi`` virtual cluster serving
-    ``topic`` and the ``lake:`` section, with all state under ``workdir``."""
+    """The config as a mapping: ``topic``'s codecs (values by the Schema Registry at
+    ``registry_url``), the ``isk`` service, the ``ksi`` virtual cluster serving ``topic`` and the
+    ``lake:`` section, with all state under ``workdir``."""
     lake = workdir / "lake"
     return {
+        "codecs": codecs_section(registry_url, topic),
         "virtual_clusters": [
             {
                 "name": "ksi",
@@ -262,7 +302,8 @@ def write_config(path: Path, config: Mapping[str, object]) -> Path:
     """Write ``config`` as YAML to ``path`` (with a header saying how to run it)."""
     header = (
         "# Written by `bergstream quickstart`: ISK (Iceberg REST catalog + S3 gateway), a KSI\n"
-        "# virtual cluster and the lake the pipeline fills. Run it yourself with\n"
+        "# virtual cluster, the lake the pipeline fills, and the topic's Avro values as typed\n"
+        "# columns through the Schema Registry. Run it yourself with\n"
         f"#   bergstream run -c {path}\n"
         "# Every key is in docs/configuration.md.\n"
     )

@@ -1,10 +1,12 @@
 """``bergstream quickstart``: one dataset through Kafka and Iceberg, end to end, on real components.
 
-It starts the local stack, fills a ``payments`` topic with a day of payments, copies the older
+It starts the local stack, registers the payment's Avro schema in its Schema Registry, fills a
+``payments`` topic with a day of payments (Avro values in Confluent framing), copies the older
 part into the Iceberg coldset with the lake pipeline, deletes that part from Kafka as retention
 would, starts ISK and KSI (``bergstream run`` on a generated config, left running), and then shows
-a DuckDB query over the ``merged`` namespace covering cold and hot data, a record produced now in
-the next query, and a Kafka consumer reading through KSI from offset 0 across the boundary.
+a DuckDB query over the ``merged`` namespace covering cold and hot data (the value's fields are
+plain columns: it sums ``amount`` per ``currency``), a record produced now in the next query, and
+a Kafka consumer reading through KSI from offset 0 across the boundary, byte for byte.
 
 Spark, ISK and KSI run in ``bergstream`` subprocesses, so this module imports no plugin; the
 config it writes for them is first checked against the installed plugins as ``bergstream config
@@ -22,9 +24,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 from bergstream.devstack.quickstart.clients import (
@@ -41,15 +45,16 @@ from bergstream.devstack.quickstart.config import (
 )
 from bergstream.devstack.quickstart.data import (
     Payment,
+    customer_key,
     delete_below,
     kafka_offsets,
-    payment_value,
     payments,
     produce_one,
     produce_payments,
     recreate_topic,
 )
 from bergstream.devstack.quickstart.ports import QuickstartPorts, choose_ports
+from bergstream.devstack.quickstart.schema import PaymentCodec, PaymentFields
 
 __all__ = [
     "NAMESPACE",
@@ -104,9 +109,33 @@ class QuickstartResult:
     merged_rows: int = 0
     merged_cold_rows: int = 0
     live_visible_after_queries: int = 0
+    typed_rows: int = 0
     ksi_records: int = 0
     ksi_from_coldset: int = 0
+    ksi_identical: int = 0
     seconds: float = 0.0
+
+
+@dataclass
+class _Ledger:
+    """What was produced: every value (to compare what KSI returns byte for byte), and the
+    count and total amount in cents per currency (to check the DuckDB sums)."""
+
+    values: set[bytes] = field(default_factory=set)
+    counts: Counter[str] = field(default_factory=Counter)
+    cents: Counter[str] = field(default_factory=Counter)
+
+    def note(self, record: Payment) -> None:
+        """Note one record produced."""
+        self.values.add(record.value)
+        self.counts[record.fields.currency] += 1
+        self.cents[record.fields.currency] += record.fields.amount_cents
+
+    def record(self, records: Iterable[Payment]) -> Iterator[Payment]:
+        """Pass ``records`` through, noting each."""
+        for record in records:
+            self.note(record)
+            yield record
 
 
 class _Steps:
@@ -263,17 +292,26 @@ def _namespaces_sql(topic: str) -> str:
 
 def _currency_sql(topic: str) -> str:
     return (
-        "SELECT decode(kafka_value)::JSON->>'currency' AS currency, count(*) AS payments,\n"
-        "       round(sum((decode(kafka_value)::JSON->>'amount')::DOUBLE), 2) AS amount\n"
+        "SELECT currency, count(*) AS payments, sum(amount) AS amount\n"
         f"FROM {_table(topic)} GROUP BY currency ORDER BY currency"
+    )
+
+
+def _typed_sql(topic: str, boundary: dict[int, int]) -> str:
+    values = ", ".join(f"({p}, {o})" for p, o in sorted(boundary.items()))
+    return (
+        f"WITH boundary(kafka_partition, next_offset) AS (VALUES {values})\n"
+        "SELECT count(amount) AS typed_rows,\n"
+        "       count(amount) FILTER (WHERE kafka_offset < next_offset) AS typed_cold,\n"
+        "       count(kafka_value) AS kept_bytes, min(kafka_value_schema_id) AS schema_id\n"
+        f"FROM {_table(topic)} JOIN boundary USING (kafka_partition)"
     )
 
 
 def _live_sql(topic: str, payment_id: str) -> str:
     return (
         "SELECT count(*) AS total_rows,\n"
-        f"       count(*) FILTER (WHERE decode(kafka_value)::JSON->>'id' = '{payment_id}') "
-        "AS found\n"
+        f"       count(*) FILTER (WHERE id = '{payment_id}') AS found\n"
         f"FROM {_table(topic)}"
     )
 
@@ -284,9 +322,10 @@ def _show_sql(sql: str, say: Echo) -> None:
 
 
 async def _query_counts(
-    session: SqlSession, topic: str, result: QuickstartResult, say: Echo
+    session: SqlSession, topic: str, result: QuickstartResult, ledger: _Ledger, say: Echo
 ) -> int:
-    """Count the table's rows, split at the boundary, and sum payments per currency."""
+    """Count the table's rows, split at the boundary, show that every row has the value's
+    fields as columns, and sum payments per currency (checked against what was produced)."""
     count_sql = _count_sql(topic, result.boundary)
     _show_sql(count_sql, say)
     rows, cold_rows, oldest, newest = (await asyncio.to_thread(session.rows, count_sql))[0]
@@ -304,27 +343,84 @@ async def _query_counts(
         f"coldset {counts['coldset']:,} (the pipeline's table) + hotset {counts['hotset']:,} "
         f"(what Kafka still holds) = merged {counts['merged']:,}"
     )
+    typed_sql = _typed_sql(topic, result.boundary)
+    _show_sql(typed_sql, say)
+    typed, typed_cold, kept, schema_id = (await asyncio.to_thread(session.rows, typed_sql))[0]
+    result.typed_rows = typed
+    say(
+        f"{typed:,} rows have the Avro value's fields as columns ({typed_cold:,} cold, "
+        f"{typed - typed_cold:,} hot), schema id {schema_id}; {kept:,} kept as raw bytes"
+    )
+    _check_typed(rows, cold_rows, typed, typed_cold, kept)
     currency_sql = _currency_sql(topic)
     _show_sql(currency_sql, say)
-    for currency, count, amount in await asyncio.to_thread(session.rows, currency_sql):
+    sums = await asyncio.to_thread(session.rows, currency_sql)
+    for currency, count, amount in sums:
         say(f"  {currency}  {count:>9,} payments  {amount:>16,.2f}")
+    expected = {
+        (currency, ledger.counts[currency], Decimal(ledger.cents[currency]).scaleb(-2))
+        for currency in ledger.counts
+    }
+    if {(currency, count, Decimal(amount)) for currency, count, amount in sums} != expected:
+        raise QuickstartError(
+            f"DuckDB's totals per currency {sums} differ from the payments produced {expected}"
+        )
+    say("the same counts and totals as the payments produced, to the cent")
     return int(rows)
 
 
+def _check_typed(rows: int, cold_rows: int, typed: int, typed_cold: int, kept: int) -> None:
+    """Every row must have the value's columns, and no bytes kept beside them (the values were
+    encoded canonically); else say which side failed and where its log is."""
+    problems = []
+    if typed_cold != cold_rows:
+        problems.append(
+            f"{cold_rows - typed_cold:,} of {cold_rows:,} cold rows lack the value's columns: "
+            "the lake pipeline did not decode them (log: quickstart-pipeline.log)"
+        )
+    if typed - typed_cold != rows - cold_rows:
+        problems.append(
+            f"{rows - cold_rows - typed + typed_cold:,} of {rows - cold_rows:,} hot rows lack "
+            "the value's columns: ISK did not decode them (log: quickstart-run.log)"
+        )
+    if kept and not problems:
+        problems.append(f"{kept:,} rows kept their bytes, yet every value is canonical Avro")
+    if problems:
+        raise QuickstartError("; ".join(problems))
+
+
 async def _live_record(
-    session: SqlSession, topic: str, proxy: str, rows: int, result: QuickstartResult, say: Echo
+    session: SqlSession,
+    topic: str,
+    proxy: str,
+    rows: int,
+    result: QuickstartResult,
+    codec: PaymentCodec,
+    ledger: _Ledger,
+    say: Echo,
 ) -> None:
-    """Produce one payment through the KSI proxy and query until it shows (at most 60 s)."""
+    """Produce one payment (Avro) through the KSI proxy and query until it shows (at most
+    60 s)."""
     now_ms = int(time.time() * 1000)
     live_id = f"pay-live-{now_ms}"
+    fields = PaymentFields(
+        id=live_id,
+        customer=0,
+        amount_cents=4200,
+        currency="EUR",
+        method="card",
+        paid_at_ms=now_ms,
+    )
     live = Payment(
         index=result.produced,
         partition=0,
         timestamp_ms=now_ms,
-        key=b"customer-live",
-        value=payment_value(live_id, 0, 42.0, "EUR"),
+        key=customer_key(0),
+        value=codec.encode([fields])[0],
         headers=(("source", b"bergstream-quickstart"),),
+        fields=fields,
     )
+    ledger.note(live)
     partition, offset = await produce_one(proxy, topic, live)
     acked = time.perf_counter()
     say(f"produced {live_id} through {proxy}: partition {partition}, offset {offset:,}, acked")
@@ -346,7 +442,9 @@ async def _live_record(
     )
 
 
-def _instructions(ports: QuickstartPorts, topic: str, config: Path, echo: Echo) -> None:
+def _instructions(
+    ports: QuickstartPorts, topic: str, config: Path, codec: PaymentCodec, registry: str, echo: Echo
+) -> None:
     catalog = f"http://127.0.0.1:{ports.catalog}"
     table = f"{NAMESPACE}.{topic}"
     lines = [
@@ -354,12 +452,17 @@ def _instructions(ports: QuickstartPorts, topic: str, config: Path, echo: Echo) 
         "Connect your own tools (ISK and KSI keep running):",
         "",
         f"  Kafka clients: bootstrap 127.0.0.1:{ports.proxy} (KSI: offset 0 onwards, cold and hot)",
-        f"    kcat -b 127.0.0.1:{ports.proxy} -C -t {topic} -o beginning -e -c 5",
+        f"    kcat -b 127.0.0.1:{ports.proxy} -C -t {topic} -o beginning -e -c 5 "
+        "-f '%p %o %k %S bytes\\n'",
+        f"  Values are Avro in Confluent framing, schema id {codec.schema_id} (subject "
+        f"{codec.subject}) in the Schema Registry",
+        f"    {registry}  (for Avro deserializers, e.g. confluent-kafka's AvroDeserializer)",
         "",
         "  DuckDB 1.5.5 (online: INSTALL iceberg; LOAD iceberg; offline: LOAD the files of the",
         "  duckdb-extension-{parquet,avro,httpfs,iceberg} wheels, in that order):",
         f"    {SqlSession.attach_sql(catalog)};",
         f"    SELECT count(*) FROM isk.{table};",
+        f"    SELECT currency, sum(amount) FROM isk.{table} GROUP BY currency;",
         "",
         "  PyIceberg:",
         "    from pyiceberg.catalog.rest import RestCatalog",
@@ -406,36 +509,51 @@ async def run_quickstart(options: QuickstartOptions, echo: Echo) -> QuickstartRe
     workdir = paths.home / "quickstart"
     config_path = paths.home / "quickstart.yaml"
     steps = _Steps(9, echo)
+    ledger = _Ledger()
     echo(f"bergstream quickstart in {paths.home}")
 
     with steps.step(
-        "Start the local stack: Kafka (KRaft), SeaweedFS S3, Redis",
-        " (a first run downloads Kafka's jars from Maven Central)",
+        "Start the local stack: Kafka (KRaft), SeaweedFS S3, Redis, Schema Registry (Apicurio)",
+        " (a first run downloads Kafka's jars and Apicurio Registry from Maven Central)",
     ) as say:
         env = await asyncio.to_thread(stack_up, paths.home)
         os.environ.update(env.as_dict())
-        kafka = env.kafka_bootstrap
-        assert kafka is not None
+        kafka, registry_url = env.kafka_bootstrap, env.schema_registry_url
+        assert kafka is not None and registry_url is not None
         if stop_attached(paths.home, {RUN_NAME}):
             say("stopped the previous quickstart's ISK and KSI")
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
         say(f"Kafka {kafka}, S3 {env.s3_endpoint}, Redis {env.redis_url}")
+        say(f"Schema Registry {registry_url}")
 
     ports = choose_ports(options.catalog_port, options.s3_port, options.proxy_port)
-    write_checked_config(config_path, quickstart_config(kafka, topic, ports, workdir))
+    config = write_checked_config(
+        config_path, quickstart_config(kafka, registry_url, topic, ports, workdir)
+    )
     proxy = f"127.0.0.1:{ports.proxy}"
     catalog_url = f"http://127.0.0.1:{ports.catalog}"
 
-    with steps.step(f"Produce the older {cold:,} payments of the last {options.hours:g} h") as say:
+    with steps.step(
+        f"Register the Avro schema; produce the older {cold:,} payments of the last "
+        f"{options.hours:g} h"
+    ) as say:
+        codec = await asyncio.to_thread(PaymentCodec.register, config, topic, paths.home)
+        say(
+            f"Avro schema registered under subject {codec.subject}: schema id {codec.schema_id} "
+            "(id, customer, amount decimal(12,2), currency, method, paid_at timestamp-millis)"
+        )
         await recreate_topic(kafka, topic, parts)
         result.cold = await produce_payments(
-            kafka, topic, payments(0, cold, total, first_ms, span_ms, parts)
+            kafka,
+            topic,
+            ledger.record(payments(0, cold, total, first_ms, span_ms, parts, codec.encode)),
         )
         newest = first_ms + (cold - 1) * span_ms // total
         say(
             f"topic '{topic}' ({parts} partitions, retention.ms=-1): {result.cold:,} records, "
-            f"CreateTime {_when(first_ms)} .. {_when(newest)}, JSON values, keys, headers"
+            f"CreateTime {_when(first_ms)} .. {_when(newest)}, keys, headers, values Avro "
+            f"in Confluent framing (magic byte 0, schema id {codec.schema_id})"
         )
 
     with steps.step(
@@ -458,7 +576,9 @@ async def run_quickstart(options: QuickstartOptions, echo: Echo) -> QuickstartRe
 
     with steps.step(f"Produce the newer {total - cold:,} payments (they stay in Kafka)") as say:
         result.hot = await produce_payments(
-            kafka, topic, payments(cold, total, total, first_ms, span_ms, parts)
+            kafka,
+            topic,
+            ledger.record(payments(cold, total, total, first_ms, span_ms, parts, codec.encode)),
         )
         result.produced = result.cold + result.hot
         _, ends = await kafka_offsets(kafka, topic, parts)
@@ -482,9 +602,9 @@ async def run_quickstart(options: QuickstartOptions, echo: Echo) -> QuickstartRe
     session = await asyncio.to_thread(SqlSession, catalog_url, extensions)
     try:
         with steps.step(f"Query {NAMESPACE}.{topic} with DuckDB through ISK") as say:
-            rows = await _query_counts(session, topic, result, say)
+            rows = await _query_counts(session, topic, result, ledger, say)
         with steps.step("Produce one payment now through KSI; query again") as say:
-            await _live_record(session, topic, proxy, rows, result, say)
+            await _live_record(session, topic, proxy, rows, result, codec, ledger, say)
     finally:
         session.close()
 
@@ -500,11 +620,18 @@ async def run_quickstart(options: QuickstartOptions, echo: Echo) -> QuickstartRe
         )
         say(
             f"{read.below_log_start:,} records below Kafka's log start ({_offsets(kafka_start)}) "
-            f"came from the coldset, {read.records - read.below_log_start:,} from Kafka; "
-            f"{len(read.ids):,} distinct payment ids"
+            f"came from the coldset, {read.records - read.below_log_start:,} from Kafka"
+        )
+        result.ksi_identical = sum(1 for value in read.values if value in ledger.values)
+        decoded = await asyncio.to_thread(codec.decode, read.values)
+        ids = decoded.payments.field("id").unique()
+        say(
+            f"{result.ksi_identical:,} values byte-identical to those produced; decoded as "
+            f"Avro (schema id {codec.schema_id}): {len(ids):,} distinct payment ids, "
+            f"{decoded.other_schema:,} of another schema, {decoded.undecodable:,} undecodable"
         )
 
     result.seconds = time.perf_counter() - began
     echo(f"quickstart finished in {result.seconds:.0f} s")
-    _instructions(ports, topic, config_path, echo)
+    _instructions(ports, topic, config_path, codec, registry_url, echo)
     return result

@@ -346,7 +346,8 @@ def test_the_codec_example_decodes_keeps_odd_spellings_and_encodes_exact_bytes()
     assert decoded.errors[0] is None and decoded.errors[2].startswith("not a JSON object")
     assert codec.encode(schema, decoded.values.slice(0, 1)).to_pylist() == [payloads[0]]
     with pytest.raises(SchemaNotExpressible):
-        codec.iceberg_type(RegisteredSchema(2, "JSON", '{"properties":{"a":{"type":"array"}}}'), None)
+        array_property = '{"properties":{"a":{"type":"array"}}}'
+        codec.iceberg_type(RegisteredSchema(2, "JSON", array_property), None)
 
 
 async def test_the_service_example_starts_and_stops() -> None:

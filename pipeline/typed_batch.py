@@ -1,0 +1,243 @@
+"""Typed micro-batches on the driver: each batch's layout, the table's schema evolution, and the
+``mapInArrow`` step that decodes its rows in Spark's Python workers.
+
+Per batch:
+
+1. the layout: the table's current schema folded with the versions of the topic's subjects,
+   read from the registry now (:func:`~bergstream.core.api.build_layout`);
+2. when the layout added columns or schemas, one metadata commit sets the table's schema with
+   the layout's own field ids and the ``bergstream.schema.<id>`` properties (before any row that
+   needs them is written);
+3. the rows are decoded in the workers (:mod:`~bergstream.pipeline.typed_worker`) and written by
+   the caller's append, which carries the boundary.
+
+A worker that meets a schema id the driver did not ship fails the job; the driver reads those ids
+and runs the batch again (:mod:`~bergstream.pipeline.typed`). A registry that cannot be reached
+stops the batch before anything is written; it is tried again with a growing pause, as long as a
+continuous run lasts, for ``registry_wait_seconds`` in a ``--once`` run. A failed attempt leaves
+nothing behind (Iceberg commits the append atomically), so no record is lost or written twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from bergstream.core.api import (
+    SCHEMA_PROPERTY_PREFIX,
+    RegisteredSchema,
+    RegistryUnavailable,
+    SchemaNotFound,
+    TypedLayout,
+    TypedRows,
+    build_layout,
+)
+from bergstream.pipeline.tables import LakeTable, TableSchema
+from bergstream.pipeline.typed import SchemasNeeded, ShippedSchemas, TopicTyping, needed_by
+from bergstream.pipeline.typed_worker import CausesParam, DecodeJob, decode_batches
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["RegistryUnreachable", "TypedBatches"]
+
+Report = Callable[[str], None]
+
+#: Columns of the row contract the decoder never changes.
+_UNCHANGED = frozenset(
+    {"kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_timestamp_type", "kafka_headers"}
+)
+#: Longest pause between two attempts at an unreachable registry.
+_MAX_PAUSE_SECONDS = 30.0
+
+
+class RegistryUnreachable(RuntimeError):
+    """The Schema Registry did not answer for longer than the run waits: nothing of the batch
+    was written; running again resumes from the table's boundary."""
+
+
+class _DriverSchemas:
+    """The driver's schema source for one attempt: each subject read once (so the layout and
+    the shipped schemas come from the same answer), every schema read kept for the workers."""
+
+    def __init__(self, typing: TopicTyping, shipped: ShippedSchemas) -> None:
+        self.registry = typing.registry
+        self.shipped = shipped
+
+    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
+        schema = self.registry.schema_by_id(schema_id)
+        self.shipped.by_id.setdefault(schema_id, schema)
+        return schema
+
+    def subject_schemas(self, subject: str) -> list[RegisteredSchema]:
+        if subject not in self.shipped.subjects:
+            versions = self.registry.subject_schemas(subject)
+            self.shipped.subjects[subject] = versions
+            for schema in versions:
+                self.shipped.by_id.setdefault(schema.schema_id, schema)
+        return list(self.shipped.subjects[subject])
+
+
+def _property(schema: RegisteredSchema) -> str:
+    return json.dumps(
+        {"schemaType": schema.schema_type, "schema": schema.schema}, separators=(",", ":")
+    )
+
+
+class TypedBatches:
+    """Writes the micro-batches of one typed topic (see the module docstring)."""
+
+    def __init__(
+        self,
+        table: LakeTable,
+        typing: TopicTyping,
+        report: Report,
+        *,
+        once: bool,
+        stop: threading.Event,
+        registry_wait_seconds: float,
+    ) -> None:
+        self.table = table
+        self.typing = typing
+        self.report = report
+        self.once = once
+        self.stop = stop
+        self.registry_wait_seconds = registry_wait_seconds
+        # Schemas of ids that are no version of the subjects, read when a worker met them;
+        # immutable, so kept for the run. Ids the registry did not have are asked again for
+        # each batch (the client remembers a miss for subject_refresh_seconds), so a batch
+        # holding them is not run twice. Referenced subjects are read again per attempt.
+        self._extra: dict[int, RegisteredSchema] = {}
+        self._absent: set[int] = set()
+        self._extra_subjects: set[str] = set()
+
+    # ------------------------------------------------------------------ one batch
+
+    def write(
+        self, rows: DataFrame, append: Callable[[DataFrame], None]
+    ) -> Counter[tuple[str, str]]:
+        """Decode ``rows`` (row-contract columns) and ``append`` them; returns the undecodable
+        counts by ``(side, cause)``. Raises :class:`RegistryUnreachable` when the registry stays
+        away longer than the run waits."""
+        needs = SchemasNeeded()
+        waited, pause = 0.0, 1.0
+        while True:
+            try:
+                return self._attempt(rows, append, needs)
+            except RegistryUnavailable as error:
+                if self.stop.is_set() or (self.once and waited >= self.registry_wait_seconds):
+                    raise RegistryUnreachable(
+                        f"the Schema Registry did not answer for {waited:.0f} s ({error}); "
+                        f"nothing of this batch of topic '{self.table.topic}' was written; run "
+                        "again once it is back: the pipeline resumes from the table's boundary"
+                    ) from None
+                self.report(
+                    f"warning: the Schema Registry cannot be reached ({error}); the batch "
+                    f"waits {pause:.0f} s and tries again"
+                )
+                self._sleep(pause)
+                waited += pause
+                pause = min(pause * 2, _MAX_PAUSE_SECONDS)
+            except Exception as error:
+                more = needed_by(error)
+                if more is None:
+                    raise
+                merged = SchemasNeeded([*needs.ids, *more.ids], [*needs.subjects, *more.subjects])
+                if merged.ids == needs.ids and merged.subjects == needs.subjects:
+                    raise  # asked again for what was shipped: a bug, not a missing schema
+                self.report(
+                    f"schema ids {more.ids or '-'} (subjects {more.subjects or '-'}) are no "
+                    "version of the topic's subjects: read them, running the batch again"
+                )
+                needs = merged
+
+    def _sleep(self, seconds: float) -> None:
+        self.stop.wait(seconds)
+
+    def _attempt(
+        self, rows: DataFrame, append: Callable[[DataFrame], None], needs: SchemasNeeded
+    ) -> Counter[tuple[str, str]]:
+        shipped = ShippedSchemas()
+        source = _DriverSchemas(self.typing, shipped)
+        base = self.table.current_schema()
+        layout = build_layout(base.schema, base.last_column_id, self.typing.codecs, source)
+        if not layout.typed:
+            append(rows)  # no version of the subject yet: raw rows, as for an untyped topic
+            return Counter()
+        self._read_needed(needs, source)
+        self._evolve(base, layout, shipped)
+        spark = self.table.spark
+        causes = spark.sparkContext.accumulator(Counter(), CausesParam())
+        frame = self._frame(rows, layout, shipped, causes)
+        append(frame)
+        return Counter(causes.value)
+
+    # ------------------------------------------------------------------ driver steps
+
+    def _read_needed(self, needs: SchemasNeeded, source: _DriverSchemas) -> None:
+        """Read what workers asked for (and every schema seen for an earlier batch)."""
+        absent: set[int] = set()
+        for schema_id in sorted({*needs.ids, *self._absent}):
+            if schema_id in self._extra or schema_id in source.shipped.by_id:
+                continue
+            try:
+                self._extra[schema_id] = source.schema_by_id(schema_id)
+            except SchemaNotFound:
+                absent.add(schema_id)
+        self._absent = absent
+        self._extra_subjects.update(needs.subjects)
+        pending = list(self._extra.values())
+        for subject in sorted(self._extra_subjects):
+            source.subject_schemas(subject)
+        while pending:  # subjects the extra schemas reference, and theirs
+            schema = pending.pop()
+            source.shipped.by_id.setdefault(schema.schema_id, schema)
+            for reference in schema.references:
+                if reference.subject not in source.shipped.subjects:
+                    pending.extend(source.subject_schemas(reference.subject))
+        source.shipped.absent = frozenset(absent)
+
+    def _evolve(self, base: TableSchema, layout: TypedLayout, shipped: ShippedSchemas) -> None:
+        """Commit the layout's schema and the schema properties the table lacks."""
+        properties = layout.schema_properties()
+        for schema_id, schema in self._extra.items():
+            properties.setdefault(f"{SCHEMA_PROPERTY_PREFIX}{schema_id}", _property(schema))
+        added = len(layout.schema.fields) - len(base.schema.fields)
+        if self.table.commit_schema(layout.schema, layout.last_column_id, properties) and added:
+            names = [f.name for f in layout.schema.fields[len(base.schema.fields) :]]
+            self.report(f"table {self.table.name}: {added} new column(s) {', '.join(names)}")
+
+    def _frame(
+        self, rows: DataFrame, layout: TypedLayout, shipped: ShippedSchemas, causes: object
+    ) -> DataFrame:
+        target = self.table.spark.table(self.table.name).schema
+        names = tuple(target.fieldNames())
+        expected = tuple(layout.arrow_schema.names)
+        if names != expected:
+            raise RuntimeError(
+                f"table {self.table.name} shows Spark the columns {names}, not the layout's "
+                f"{expected}"
+            )
+        passthrough = set(_UNCHANGED)
+        framed = []
+        if layout.value is not None:
+            framed.append("kafka_value")
+        else:
+            passthrough.add("kafka_value")
+        if layout.key is not None:
+            framed.append("kafka_key")
+        else:
+            passthrough.add("kafka_key")
+        job = DecodeJob(
+            rows=TypedRows(layout, self.typing.codecs, shipped),
+            schemas=shipped,
+            names=names,
+            passthrough=frozenset(passthrough),
+            framed=tuple(framed),
+            causes=causes,
+        )
+        return rows.mapInArrow(functools.partial(decode_batches, job), target)

@@ -1,0 +1,87 @@
+"""What runs in Spark's Python workers for a typed micro-batch: row-contract rows in (Arrow
+batches from ``mapInArrow``), typed rows out, decoded by core's :class:`~bergstream.core.api.
+TypedRows`, the same decoder ISK and KSI use, so a record gets the same row wherever it is read.
+
+The columns the decoder does not change (partition, offset, timestamp, headers, and the key when
+keys stay raw) pass through as Spark sent them; typed columns are converted to the Arrow types
+Spark reads back (:mod:`~bergstream.pipeline.spark_arrow`). Why values did not decode is counted
+per cause into a Spark accumulator the driver reports.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from bergstream.core.api import TypedRows, split_framing
+from bergstream.pipeline.spark_arrow import to_spark_array
+from bergstream.pipeline.typed import ShippedSchemas
+
+__all__ = ["CausesParam", "DecodeJob", "decode_batches"]
+
+Causes = Counter[tuple[str, str]]
+
+
+class CausesParam:
+    """Spark accumulator parameter of undecodable counts: ``(side, cause) -> rows``."""
+
+    def zero(self, value: Causes) -> Causes:
+        """An empty count."""
+        return Counter()
+
+    def addInPlace(self, first: Causes, second: Causes) -> Causes:
+        """``first`` with ``second`` added."""
+        first.update(second)
+        return first
+
+
+@dataclass(frozen=True)
+class DecodeJob:
+    """Everything a worker needs for one batch (pickled into the ``mapInArrow`` function)."""
+
+    rows: TypedRows
+    schemas: ShippedSchemas
+    #: the output columns, in the table's order
+    names: tuple[str, ...]
+    #: output columns taken from the input as they are
+    passthrough: frozenset[str]
+    #: input columns holding framed values to decode (``kafka_value``, ``kafka_key``)
+    framed: tuple[str, ...]
+    #: a Spark accumulator with :class:`CausesParam`
+    causes: Any
+
+
+def _array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return column
+
+
+def decode_batches(job: DecodeJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function (bind ``job`` with ``functools.partial``): typed batches of
+    row-contract batches. Raises :class:`~bergstream.pipeline.typed.SchemasNeeded` before
+    decoding a batch that holds a schema id the driver did not ship."""
+    causes: Causes = Counter()
+    try:
+        for batch in batches:
+            rows = pa.Table.from_batches([batch])
+            for column in job.framed:
+                framed, ids = split_framing(rows.column(column))
+                job.schemas.check(int(i) for i in np.unique(ids[framed]))
+            decoded = job.rows.decode(rows)
+            causes.update(decoded.causes)
+            arrays = [
+                _array(rows.column(name))
+                if name in job.passthrough
+                else to_spark_array(decoded.table.column(name))
+                for name in job.names
+            ]
+            yield pa.RecordBatch.from_arrays(arrays, names=list(job.names))
+    finally:
+        if causes:
+            job.causes.add(causes)
