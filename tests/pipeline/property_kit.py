@@ -1,0 +1,478 @@
+"""Helpers of the typed-table property test (:mod:`tests.pipeline.test_typed_property`).
+
+Many independently generated Avro schemas go through one topic and one pipeline run: each
+generated schema (:func:`tests.value_codecs.avro_gen.avro_schemas`) becomes one field of a
+wrapping record (:func:`wrapper_schema`), its named types renamed with a per-example prefix so no
+two examples clash. Each example draws its own values, the last :data:`LIBERAL` of them also
+written with the liberties Avro allows (:class:`tests.value_codecs.noncanonical.LiberalWriter`);
+record ``r`` of the topic holds value ``r`` of every example. Around those records: records that
+do not decode (no framing, unknown schema id, truncated, trailing bytes) and tombstones
+(:func:`plan_records`).
+
+Values are compared at the normalized level of :mod:`tests.value_codecs.avro_gen`: fastavro's
+decoding of the canonical bytes (:func:`expected_values`) against the Arrow values of PyIceberg
+(``from_arrow``, through :func:`as_pyiceberg`), of the data files read with pyarrow and of Spark
+(:func:`from_spark`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import fastavro
+import pyarrow as pa
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+from bergstream.core.api import NO_FRAMING, RegisteredSchema, ResolvedLake, TopicCodecsResolver
+from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
+from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
+from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
+from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
+from bergstream.plugins.isk_gateway.tables.lake_schemas import LakeSchemas
+from bergstream.plugins.isk_gateway.tables.layouts import TopicLayouts
+from bergstream.plugins.value_codecs.avro_schema import PRIMITIVES, AvroNode, parse_avro
+from bergstream.plugins.value_codecs.avro_types import branch_names, is_null, union_parts
+from tests.isk_tables.support import open_table
+from tests.isk_typed.avro_kit import codecs_settings, typed_context
+from tests.ksi.avro_kit import framed
+from tests.ksi.stack_kit import Seen
+from tests.value_codecs.avro_gen import avro_schemas, from_fastavro, values_of
+from tests.value_codecs.noncanonical import LiberalWriter
+
+#: Values per example produced with confluent-kafka's AvroSerializer.
+CANONICAL = 6
+#: Values per example also written by the liberal writer (after the canonical ones).
+LIBERAL = 4
+#: Kafka timestamp of record 0.
+FIRST_MS = 1_714_564_800_000
+#: A schema id the registry does not have.
+UNKNOWN_ID = 2_147_480_000
+
+#: A hand-made example with every feature the generator draws (so one run covers them all,
+#: whatever the generated ones are): every primitive, every logical type, both decimal forms,
+#: a null field, nested records, arrays, maps, enums, fixed, nullable unions in both orders,
+#: general unions (with named, array and map branches), defaults and a named type used twice.
+ALL_FEATURES: dict[str, Any] = {
+    "type": "record", "name": "Everything", "namespace": "feature.test",
+    "fields": [
+        {"name": "flag", "type": "boolean", "default": True},
+        {"name": "small", "type": "int", "default": 0},
+        {"name": "big", "type": "long", "default": 7},
+        {"name": "ratio", "type": "float"},
+        {"name": "rate", "type": "double", "default": 1.5},
+        {"name": "blob", "type": "bytes"},
+        {"name": "text", "type": "string", "default": "x"},
+        {"name": "nothing", "type": "null"},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "t_ms", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "t_us", "type": {"type": "long", "logicalType": "time-micros"}},
+        {"name": "ts_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "ts_us", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "lts_ms", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+        {"name": "lts_us", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+        {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "dec_b", "type": {"type": "bytes", "logicalType": "decimal", "precision": 38,
+                                   "scale": 9}},
+        {"name": "dec_f", "type": {"type": "fixed", "name": "Money", "size": 16,
+                                   "logicalType": "decimal", "precision": 38, "scale": 2}},
+        {"name": "inner", "type": {"type": "record", "name": "Inner", "fields": [
+            {"name": "x", "type": "int"},
+            {"name": "tags", "type": {"type": "array", "items": "string"}},
+            {"name": "deep", "type": {"type": "map", "values": {
+                "type": "array", "items": ["null", {"type": "record", "name": "Leaf", "fields": [
+                    {"name": "v", "type": ["long", "null"], "default": 3}]}]}}},
+        ]}},
+        {"name": "items", "type": {"type": "array", "items": "Leaf"}},
+        {"name": "counts", "type": {"type": "map", "values": ["null", "long"]}},
+        {"name": "color", "type": {"type": "enum", "name": "Color",
+                                   "symbols": ["RED", "GREEN", "BLUE"]}, "default": "RED"},
+        {"name": "four", "type": {"type": "fixed", "name": "Four", "size": 4}},
+        {"name": "maybe", "type": ["null", "string"], "default": None},
+        {"name": "maybe_too", "type": ["double", "null"], "default": 0.5},
+        {"name": "either", "type": ["null", "int", "string", "Inner"], "default": None},
+        {"name": "any", "type": [{"type": "array", "items": "long"},
+                                 {"type": "map", "values": "string"}, "Color", "Four",
+                                 "boolean", "float",
+                                 {"type": "int", "logicalType": "date"}]},
+        {"name": "inner_again", "type": "Inner"},
+    ],
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Example:
+    """One drawn example: the wrapper field it becomes, its schema (named types renamed), its
+    values in fastavro's writer form and the liberal encodings of the last :data:`LIBERAL`."""
+
+    field: str
+    schema: Any
+    values: list[Any]
+    liberal: list[bytes]
+
+
+def renamed(schema: Any, prefix: str) -> Any:
+    """``schema`` with ``prefix`` put before the name of every named type (definitions and
+    references, namespaces kept)."""
+    if isinstance(schema, str):
+        if schema in PRIMITIVES:
+            return schema
+        space, dot, name = schema.rpartition(".")
+        return f"{space}{dot}{prefix}{name}"
+    if isinstance(schema, list):
+        return [renamed(branch, prefix) for branch in schema]
+    out = dict(schema)
+    kind = out["type"]
+    if kind in ("record", "enum", "fixed"):
+        out["name"] = prefix + out["name"]
+        if kind == "record":
+            out["fields"] = [{**f, "type": renamed(f["type"], prefix)} for f in out["fields"]]
+    elif kind == "array":
+        out["items"] = renamed(out["items"], prefix)
+    elif kind == "map":
+        out["values"] = renamed(out["values"], prefix)
+    elif not isinstance(kind, str) or kind not in PRIMITIVES:
+        out["type"] = renamed(kind, prefix)
+    return out
+
+
+def parse(schema: Any) -> AvroNode:
+    """The codec's tree of a JSON-ready schema."""
+    return parse_avro(RegisteredSchema(0, "AVRO", json.dumps(schema)))
+
+
+def draw_examples(count: int, seed: int, *, start: int = 0, schema: Any = None) -> list[Example]:
+    """``count`` examples drawn by hypothesis (one hypothesis example each, generation only:
+    nothing to shrink, the checks run later over all of them), fields ``p{start}`` on; each a
+    generated schema, or ``schema`` when given."""
+    drawn: list[Example] = []
+
+    @hypothesis_seed(seed)
+    @settings(
+        max_examples=count,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.data())
+    def collect(data: st.DataObject) -> None:
+        index = start + len(drawn)
+        source = schema if schema is not None else data.draw(avro_schemas(), label="schema")
+        example = renamed(source, f"P{index}_")
+        node = parse(example)
+        total = CANONICAL + LIBERAL
+        values = data.draw(st.lists(values_of(node), min_size=total, max_size=total))
+        liberal = []
+        for value in values[CANONICAL:]:
+            writer = LiberalWriter(data.draw)
+            writer.write(node, value)
+            liberal.append(bytes(writer.out))
+        drawn.append(Example(f"p{index}", example, values, liberal))
+
+    collect()
+    return drawn
+
+
+def wrapper_schema(examples: list[Example]) -> dict[str, Any]:
+    """The topic's value schema: one field per example (no namespace, so every example's names
+    resolve as they did alone)."""
+    fields = [{"name": e.field, "type": e.schema} for e in examples]
+    return {"type": "record", "name": "PropertyValue", "fields": fields}
+
+
+def wrapper_value(examples: list[Example], number: int) -> dict[str, Any]:
+    """Value ``number`` of every example, as one wrapper record."""
+    return {e.field: e.values[number] for e in examples}
+
+
+def canonical_payload(schema: dict[str, Any], value: Any) -> bytes:
+    """fastavro's encoding (the canonical one, no framing)."""
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), value)
+    return out.getvalue()
+
+
+def expected_values(schema: dict[str, Any], node: AvroNode, payload: bytes) -> dict[str, Any]:
+    """What a decoder must make of a canonical payload, normalized: fastavro's reading."""
+    parsed = fastavro.parse_schema(schema)
+    value = fastavro.schemaless_reader(io.BytesIO(payload), parsed, None, return_named_type=True)
+    normalized: dict[str, Any] = from_fastavro(node, value)
+    return normalized
+
+
+def from_spark(node: AvroNode, value: Any) -> Any:
+    """A value of Spark's ``toArrow().to_pylist()`` in the normalized form: as PyIceberg's, but
+    uuids are strings (Iceberg's Spark type for uuid) and timestamps in the session's zone."""
+    if value is None:
+        return None
+    if node.kind == "union":
+        branches, _ = union_parts(node)
+        if len(branches) == 1:
+            return from_spark(branches[0], value)
+        names = branch_names(branches)
+        return {n: from_spark(b, value[n]) for n, b in zip(names, branches, strict=True)}
+    if node.logical == "uuid":
+        return uuid.UUID(value) if isinstance(value, str) else value
+    if node.kind == "record":
+        return {
+            name: from_spark(child, value[name])
+            for name, child in node.fields
+            if not is_null(child)
+        }
+    if node.kind == "array":
+        return [from_spark(node.items, v) for v in value]  # type: ignore[arg-type]
+    if node.kind == "map":
+        return {k: from_spark(node.items, v) for k, v in value}  # type: ignore[arg-type]
+    return value
+
+
+# -- the records of the topic --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One record to produce and what its row must hold. ``kind``: ``canonical`` (by the
+    AvroSerializer), ``liberal``, ``tombstone`` or a kind of undecodable value; ``cause``: the
+    expected ``kafka_value_error`` (a prefix for ``corrupt payload``)."""
+
+    number: int
+    kind: str
+    value: bytes | None
+    values: dict[str, Any] | None = None
+    payload: bytes | None = None  # the canonical payload of ``values``
+    schema_id: int | None = None
+    cause: str | None = None
+
+    @property
+    def key(self) -> bytes | None:
+        """Keys stay raw: text, null or empty."""
+        return {3: None, 4: b""}.get(self.number % 5, f"k{self.number}".encode())
+
+    @property
+    def headers(self) -> tuple[tuple[str, bytes | None], ...]:
+        """Headers naming the record (``n``), with a duplicate key and a null value."""
+        return (("n", str(self.number).encode()), ("dup", b"1"), ("dup", None))
+
+    @property
+    def timestamp(self) -> int:
+        """CreateTime of the record."""
+        return FIRST_MS + self.number
+
+
+def plan_records(
+    examples: list[Example], schema_id: int, serialize: Any
+) -> tuple[list[Planned], dict[str, Any]]:
+    """The topic's records (canonical ones serialized by ``serialize``, an AvroSerializer),
+    and the wrapper schema."""
+    schema = wrapper_schema(examples)
+    planned: list[Planned] = []
+
+    def add(kind: str, value: bytes | None, **fields: Any) -> None:
+        planned.append(Planned(len(planned), kind, value, **fields))
+
+    for number in range(CANONICAL):
+        values = wrapper_value(examples, number)
+        payload = canonical_payload(schema, values)
+        add("canonical", serialize(values), values=values, payload=payload, schema_id=schema_id)
+    for number in range(LIBERAL):
+        values = wrapper_value(examples, CANONICAL + number)
+        liberal = b"".join(e.liberal[number] for e in examples)
+        payload = canonical_payload(schema, values)
+        add("liberal", framed(schema_id, liberal), values=values, payload=payload,
+            schema_id=schema_id)  # fmt: skip
+    body = planned[0].payload
+    assert body is not None
+    add("tombstone", None)
+    add("unframed", b"plain text, no framing", cause=NO_FRAMING)
+    add("empty", b"", cause=NO_FRAMING)
+    add("short", b"\x00\x00\x00", cause=NO_FRAMING)
+    add("unknown id", framed(UNKNOWN_ID, body), schema_id=UNKNOWN_ID,
+        cause=f"unknown schema id {UNKNOWN_ID}")  # fmt: skip
+    add("truncated", framed(schema_id, body[:-1]), schema_id=schema_id, cause="corrupt payload")
+    add("only framing", framed(schema_id, b""), schema_id=schema_id, cause="corrupt payload")
+    add("trailing", framed(schema_id, body + b"\x00"), schema_id=schema_id,
+        cause="trailing bytes after the record")  # fmt: skip
+    add("tombstone", None)
+    return planned, schema
+
+
+def kept_bytes(record: Planned) -> bytes | None:
+    """What ``kafka_value`` must hold: the original bytes unless the typed columns give them
+    back (a tombstone or a canonical value)."""
+    if record.value is None:
+        return None
+    if record.cause is not None:
+        return record.value
+    assert record.payload is not None and record.schema_id is not None
+    return None if record.value == framed(record.schema_id, record.payload) else record.value
+
+
+# -- ISK, KSI and Kafka --------------------------------------------------------------------
+
+
+def hotset_rows(
+    home: Path, bootstrap: str, registry_url: str, topic: str, lake: ResolvedLake
+) -> tuple[Schema, list[dict[str, Any]]]:
+    """ISK's ``hotset.<topic>`` (layout based on the coldset's schema, as the gateway does):
+    its Iceberg schema, and the rows of the data files it serves (the bytes an engine
+    downloads, read with pyarrow) by (partition, offset)."""
+    return asyncio.run(_hotset_rows(home, bootstrap, registry_url, topic, lake))
+
+
+async def _hotset_rows(
+    home: Path, bootstrap: str, registry_url: str, topic: str, lake: ResolvedLake
+) -> tuple[Schema, list[dict[str, Any]]]:
+    context = typed_context(home, codecs_settings(registry_url, topic))
+    layouts = TopicLayouts(TopicCodecsResolver(context), LakeSchemas(lake))
+    async with KafkaReader(bootstrap) as reader:
+        provider = HotsetProvider(
+            reader,
+            SqliteIndex(home / "isk-index.db"),
+            LocalDiskCache(home / "isk-cache", 1 << 28),
+            bucket="gw",
+            cluster="c1",
+            chunk_records=7,
+            layouts=layouts,
+        )
+        loaded = await provider.load_table("hotset", topic)
+        schema = open_table(provider, loaded, asyncio.get_running_loop()).schema()
+        rows: list[dict[str, Any]] = []
+        for key, _ in await provider.list_keys(f"c1/hotset/{topic}/data/", 10_000):
+            data = bytes(await provider.read_file(key))
+            rows += pq.read_table(pa.BufferReader(data)).to_pylist()
+        return schema, by_position(rows)
+
+
+def coldset_file_rows(table: Table) -> list[dict[str, Any]]:
+    """The rows of the coldset's data files read with pyarrow (not through PyIceberg's
+    projection, see :func:`as_pyiceberg`), by (partition, offset)."""
+    rows: list[dict[str, Any]] = []
+    for task in table.scan().plan_files():
+        location = urlsplit(task.file.file_path)  # file:/... (Spark) or file:///... (PyIceberg)
+        assert location.scheme == "file", task.file.file_path
+        rows += pq.read_table(location.path).to_pylist()
+    return by_position(rows)
+
+
+def by_position(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows sorted by (partition, offset)."""
+    return sorted(rows, key=lambda r: (r["kafka_partition"], r["kafka_offset"]))
+
+
+def as_pyiceberg(node: AvroNode, value: Any) -> Any:
+    """A normalized value as PyIceberg 0.12 reads it back: a null list of structs reads as an
+    empty list and a null map with struct values as an empty map, because its Arrow projection
+    rebuilds them from their offsets without their validity (apache/iceberg-python#3833, open;
+    the files are right: Spark and pyarrow read the nulls). Everything else is unchanged."""
+    if node.kind == "union":
+        branches, _ = union_parts(node)
+        if len(branches) == 1:
+            return as_pyiceberg(branches[0], value)
+        if value is None:
+            return None
+        names = branch_names(branches)
+        return {n: as_pyiceberg(b, value[n]) for n, b in zip(names, branches, strict=True)}
+    if node.kind in ("array", "map") and value is None:
+        assert node.items is not None
+        if not _struct_like(node.items):
+            return None
+        return [] if node.kind == "array" else {}
+    if value is None:
+        return None
+    if node.kind == "record":
+        return {
+            name: as_pyiceberg(child, value[name])
+            for name, child in node.fields
+            if not is_null(child)
+        }
+    if node.kind == "array":
+        return [as_pyiceberg(node.items, v) for v in value]  # type: ignore[arg-type]
+    if node.kind == "map":
+        return {k: as_pyiceberg(node.items, v) for k, v in value.items()}  # type: ignore[arg-type]
+    return value
+
+
+def _struct_like(node: AvroNode) -> bool:
+    """Whether values of ``node`` are an Arrow struct (a record or a general union)."""
+    if node.kind == "record":
+        return True
+    if node.kind == "union":
+        branches, _ = union_parts(node)
+        return len(branches) > 1 or (len(branches) == 1 and _struct_like(branches[0]))
+    return False
+
+
+def ksi_config(lake: ResolvedLake, registry_url: str, topic: str) -> str:
+    """The ``lake:`` and ``codecs:`` sections (JSON is YAML) for the KSI proxy: the same
+    catalog as ``lake``, values of ``topic`` typed by the registry."""
+    sections = {
+        "lake": {
+            "kafka_bootstrap": lake.config.kafka_bootstrap,
+            "namespace": lake.namespace,
+            "catalog": {
+                "type": lake.catalog_type,
+                "name": lake.catalog_name,
+                "uri": lake.catalog_uri,
+                "warehouse": lake.warehouse,
+            },
+        },
+        "codecs": {
+            "schema_registry": {"url": registry_url},
+            "topics": [{"match": topic, "value": "registry"}],
+        },
+    }
+    return "".join(f"\n{name}: {json.dumps(body)}\n" for name, body in sections.items())
+
+
+def delete_everything(bootstrap: str, topic: str, ends: dict[int, int]) -> None:
+    """Kafka's DeleteRecords up to each partition's end: the topic keeps no record."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.delete_records([TopicPartition(topic, p, end) for p, end in ends.items()])
+    for partition, future in futures.items():
+        result = future.result(timeout=60)
+        assert result.low_watermark == ends[partition.partition], (partition, result)
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[Seen]:
+    """Every record of ``topic`` from the log start, with aiokafka (which keeps header keys
+    byte for byte), as :data:`Seen` tuples."""
+    return asyncio.run(_read_all(bootstrap, topic, partitions, count))
+
+
+async def _read_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[Seen]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        assigned = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(assigned)
+        await consumer.seek_to_beginning(*assigned)
+        got: list[Seen] = []
+        deadline = time.monotonic() + 120
+        while len(got) < count and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=1000)
+            for messages in batches.values():
+                got.extend(
+                    (m.partition, m.offset, m.timestamp, m.key, m.value, tuple(m.headers))
+                    for m in messages
+                )
+        return sorted(got)
+    finally:
+        await consumer.stop()
