@@ -34,13 +34,16 @@ from bergstream.core.api import (
     Boundary,
     ResolvedLake,
     format_boundary,
-    load_catalog,
 )
 from bergstream.core.api import table_boundary as physical_boundary
 from bergstream.plugins.isk_gateway.files.manifests import ManifestGroup
 from bergstream.plugins.isk_gateway.files.table_metadata import SnapshotPlan, build_metadata
 from bergstream.plugins.isk_gateway.tables.hotset import record_built
-from bergstream.plugins.isk_gateway.tables.lake_schemas import BaseSchema, base_of
+from bergstream.plugins.isk_gateway.tables.lake_schemas import (
+    BaseSchema,
+    base_of,
+    open_lake_catalog,
+)
 from bergstream.plugins.isk_gateway.tables.paths import (
     COLDSET,
     MERGED,
@@ -178,11 +181,7 @@ class ColdsetProvider:
     def _open_catalog(self) -> Catalog:
         with self._catalog_lock:
             if self._catalog is None:
-                try:
-                    self._catalog = load_catalog(self.lake)
-                except Exception as error:
-                    message = f"the lake catalog cannot be opened: {error}"
-                    raise ProviderUnavailable(message) from error
+                self._catalog = open_lake_catalog(self.lake)
             return self._catalog
 
     def _topics(self) -> list[str]:

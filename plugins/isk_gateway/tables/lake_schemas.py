@@ -91,9 +91,14 @@ class LakeSchemas:
     def _open(self) -> Catalog:
         with self._lock:
             if self._catalog is None:
-                try:
-                    self._catalog = load_catalog(self.lake)
-                except Exception as error:
-                    message = f"the lake catalog cannot be opened: {error}"
-                    raise ProviderUnavailable(message) from error
+                self._catalog = open_lake_catalog(self.lake)
             return self._catalog
+
+
+def open_lake_catalog(lake: ResolvedLake) -> Catalog:
+    """The lake's catalog, or :class:`ProviderUnavailable` (a retriable error for clients) when
+    it cannot be opened."""
+    try:
+        return load_catalog(lake)
+    except Exception as error:
+        raise ProviderUnavailable(f"the lake catalog cannot be opened: {error}") from error
