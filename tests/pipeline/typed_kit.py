@@ -132,8 +132,14 @@ class Forwarder:
     def stop(self) -> None:
         """Stop listening (connections in flight end by themselves)."""
         if self._server is not None:
+            # close() alone leaves a thread blocked in accept() listening (Linux): one more
+            # connection would get through; shutdown() wakes it up with an error.
+            with contextlib.suppress(OSError):
+                self._server.shutdown(socket.SHUT_RDWR)
             self._server.close()
             self._server = None
+            if self._thread is not None:
+                self._thread.join(timeout=5)
 
     def _accept(self) -> None:
         server = self._server

@@ -1,0 +1,311 @@
+"""Schema evolution across two and three versions of one topic, read through ISK's ``merged``
+table with DuckDB, Spark and PyIceberg; then the gateway's registry goes away and comes back.
+
+One topic, one subject, three Avro versions:
+
+- v1: ``id`` int, ``currency``, ``amount`` float, ``price`` decimal(6,2), ``note`` optional;
+- v2: ``id`` promoted to long, a new optional ``country``;
+- v3: ``amount`` promoted to double, ``price`` widened to decimal(10,2), ``note`` removed, a
+  new optional ``channel``.
+
+The pipeline copies v1 records; v2 records are only in Kafka: ``merged`` reads two versions
+(cold v1, hot v2). The pipeline copies the v2 records; v3 records are only in Kafka: ``merged``
+reads three versions (cold v1 and v2 in files written by Spark with the older types, hot v3).
+Each engine must see every record once, with the newest schema's types and null for the
+fields its version did not have.
+
+Then the gateway's registry (behind a TCP forwarder; subjects re-read on every load) stops
+answering: loading the table is a retriable error (HTTP 503), no file is built from a guess;
+records produced meanwhile are all there, typed, once the registry is back, with nothing
+restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from bergstream.core.api import VALUE_ERROR_COLUMN, VALUE_SCHEMA_ID_COLUMN
+from bergstream.devstack.stack.ports import free_ports
+from bergstream.pipeline.settings import PipelineLake
+from bergstream.pipeline.stream import run_pipeline
+from tests.isk_e2e.helpers import Gateway, attach_isk, duckdb_connection, start_gateway
+from tests.pipeline.lake_testkit import Produced, produce
+from tests.pipeline.typed_kit import FIRST_MS, Forwarder, avro_serializer, coldset, typing_for
+
+pytestmark = pytest.mark.slow
+
+PARTS = 2
+PER_VERSION = 12  # records of each version (then 6 more v3 ones during the outage)
+COLUMNS = ("id", "currency", "amount", "price", "note", "country", "channel")
+
+V1: dict[str, Any] = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "bergstream.evolution",
+    "fields": [
+        {"name": "id", "type": "int"},
+        {"name": "currency", "type": "string"},
+        {"name": "amount", "type": "float"},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 6,
+                                   "scale": 2}},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}  # fmt: skip
+V2: dict[str, Any] = {
+    **V1,
+    "fields": [
+        {"name": "id", "type": "long"},
+        *V1["fields"][1:],
+        {"name": "country", "type": ["null", "string"], "default": None},
+    ],
+}
+V3: dict[str, Any] = {
+    **V1,
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "currency", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10,
+                                   "scale": 2}},
+        {"name": "country", "type": ["null", "string"], "default": None},
+        {"name": "channel", "type": ["null", "string"], "default": None},
+    ],
+}  # fmt: skip
+SCHEMAS = {1: V1, 2: V2, 3: V3}
+
+
+def order(i: int, version: int) -> dict[str, Any]:
+    """Order ``i`` as version ``version`` writes it (amounts exact in a float)."""
+    value: dict[str, Any] = {
+        "id": i if version == 1 else 10_000_000_000 + i,
+        "currency": ("EUR", "USD", "CHF")[i % 3],
+        "amount": i * 0.25 + 0.5,
+        "price": Decimal(i * 1234 + (12_345_678 if version == 3 else 17)).scaleb(-2),
+    }
+    if version < 3:
+        value["note"] = None if i % 2 else f"note {i}"
+    if version > 1:
+        value["country"] = None if i % 4 == 0 else f"C{i % 5}"
+    if version == 3:
+        value["channel"] = ("web", "pos", None)[i % 3]
+    return value
+
+
+def as_row(value: dict[str, Any], columns: tuple[str, ...]) -> tuple[Any, ...]:
+    """A value as ``columns`` (null where its version has no such field)."""
+    return tuple(value.get(name) for name in columns)
+
+
+@dataclass
+class Stage:
+    lake: PipelineLake
+    topic: str
+    gateway: Gateway
+    forwarder: Forwarder
+    spark_catalog: str
+    produced: list[tuple[int, dict[str, Any]]]  # (version, value) in production order
+    schema_ids: dict[int, int]
+
+    def produce(self, version: int, indexes: range, bootstrap: str, registry_url: str) -> None:
+        """Produce orders ``indexes`` as ``version`` (registering it), round robin."""
+        serialize = avro_serializer(registry_url, self.topic, SCHEMAS[version])
+        produced = []
+        for i in indexes:
+            data = serialize(order(i, version))
+            self.schema_ids[version] = int.from_bytes(data[1:5], "big")
+            produced.append(Produced(i % PARTS, b"k%d" % i, data, (), FIRST_MS + i))
+        produce(bootstrap, self.topic, produced)
+        self.produced += [(version, order(i, version)) for i in indexes]
+
+    def expected(self, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
+        """Every produced value as a row of ``columns``, by id."""
+        return sorted((as_row(value, columns) for _, value in self.produced), key=_by_id)
+
+
+def _by_id(row: tuple[Any, ...]) -> Any:
+    return row[0]
+
+
+def _quiet(line: str) -> None:
+    pass
+
+
+def _lake_and_codecs_yaml(lake: PipelineLake, registry_url: str, topic: str) -> str:
+    """The ``lake:`` section of ``lake`` and a ``codecs:`` rule typing ``topic`` by the registry
+    at ``registry_url``, subjects read again on every load (JSON is YAML)."""
+    sections = {
+        "lake": {
+            "kafka_bootstrap": lake.config.kafka_bootstrap,
+            "namespace": lake.namespace,
+            "catalog": {
+                "type": lake.catalog_type,
+                "name": lake.catalog_name,
+                "uri": lake.catalog_uri,
+                "warehouse": lake.warehouse,
+            },
+        },
+        "codecs": {
+            "schema_registry": {
+                "url": registry_url,
+                "subject_refresh_seconds": 0,
+                "timeout_seconds": 2,
+            },
+            "topics": [{"match": topic, "value": "registry"}],
+        },
+    }
+    return "".join(f"\n{name}: {json.dumps(body)}\n" for name, body in sections.items())
+
+
+@pytest.fixture(scope="module")
+def stage(
+    spark: Any,
+    lake: PipelineLake,
+    stack_env: dict[str, str],
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Stage]:
+    registry_url = stack_env["BERGSTREAM_SCHEMA_REGISTRY_URL"]
+    target = urlsplit(registry_url)
+    assert target.hostname is not None and target.port is not None
+    (port,) = free_ports(1)
+    forwarder = Forwarder(port, (target.hostname, target.port))
+    forwarder.start()
+    topic = create_topic(PARTS, prefix="typed-evolution")
+    workdir = tmp_path_factory.mktemp("typed-evolution")
+    extra = _lake_and_codecs_yaml(lake, f"http://127.0.0.1:{port}{target.path}", topic)
+    gateway = start_gateway(kafka_bootstrap, workdir, chunk_records=5, extra=extra)
+    name = f"isk_{uuid.uuid4().hex[:8]}"
+    prefix = f"spark.sql.catalog.{name}"
+    spark.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
+    spark.conf.set(f"{prefix}.type", "rest")
+    spark.conf.set(f"{prefix}.uri", gateway.catalog_url)
+    spark.conf.set(f"{prefix}.io-impl", "org.apache.iceberg.aws.s3.S3FileIO")
+    spark.conf.set(f"{prefix}.cache-enabled", "false")
+    try:
+        yield Stage(lake, topic, gateway, forwarder, name, [], {})
+    finally:
+        forwarder.stop()
+        code = gateway.process.stop()
+        assert code == 0, f"bergstream run exited with {code}:\n{gateway.process.log()}"
+
+
+def _copy(spark: Any, stage: Stage, registry_url: str, home: Path) -> None:
+    """One pipeline run copying everything Kafka has into the coldset."""
+    typing = typing_for(home, registry_url, stage.topic)
+    run_pipeline(spark, stage.lake, stage.topic, once=True, report=_quiet, codecs=typing)
+
+
+def _by_pyiceberg(stage: Stage, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    table = stage.gateway.catalog().load_table(f"merged.{stage.topic}")
+    rows = table.scan().to_arrow().to_pylist()
+    assert all(r[VALUE_ERROR_COLUMN] is None and r["kafka_value"] is None for r in rows)
+    return sorted((tuple(r[c] for c in columns) for r in rows), key=_by_id)
+
+
+def _by_spark(spark: Any, stage: Stage, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    table = f"{stage.spark_catalog}.merged.`{stage.topic}`"
+    rows = spark.sql(f"SELECT {', '.join(columns)} FROM {table}").collect()
+    return sorted((tuple(row) for row in rows), key=_by_id)
+
+
+def _by_duckdb(stage: Stage, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    connection = duckdb_connection()
+    try:
+        attach_isk(connection, stage.gateway.catalog_url)
+        rows = connection.execute(
+            f'SELECT {", ".join(columns)} FROM isk.merged."{stage.topic}"'
+        ).fetchall()
+    finally:
+        connection.close()
+    return sorted((tuple(row) for row in rows), key=_by_id)
+
+
+def _check_merged(spark: Any, stage: Stage, versions: int) -> None:
+    """All three engines read every produced value once, as the newest schema's columns (of
+    ``versions`` versions: v3's ``channel`` only from three on)."""
+    assert len({version for version, _ in stage.produced}) == versions
+    columns = COLUMNS if versions == 3 else tuple(c for c in COLUMNS if c != "channel")
+    expected = stage.expected(columns)
+    assert _by_pyiceberg(stage, columns) == expected
+    assert _by_spark(spark, stage, columns) == expected
+    assert _by_duckdb(stage, columns) == expected
+
+
+def test_merged_reads_two_then_three_versions_with_every_engine(
+    spark: Any, stage: Stage, kafka_bootstrap: str, stack_env: dict[str, str], tmp_path: Path
+) -> None:
+    registry_url = stack_env["BERGSTREAM_SCHEMA_REGISTRY_URL"]
+    stage.produce(1, range(PER_VERSION), kafka_bootstrap, registry_url)
+    _copy(spark, stage, registry_url, tmp_path)
+    cold_v1 = coldset(stage.lake, stage.topic).schema()
+    assert str(cold_v1.find_field("id").field_type) == "int"
+
+    # two versions: v1 in the coldset, v2 only in Kafka
+    stage.produce(2, range(PER_VERSION, 2 * PER_VERSION), kafka_bootstrap, registry_url)
+    _check_merged(spark, stage, versions=2)
+    merged = stage.gateway.catalog().load_table(f"merged.{stage.topic}").schema()
+    assert str(merged.find_field("id").field_type) == "long"
+    assert merged.find_field("country").field_id > cold_v1.highest_field_id
+
+    # three versions: v1 and v2 in the coldset (files of the older types), v3 only in Kafka
+    _copy(spark, stage, registry_url, tmp_path)
+    cold_v2 = coldset(stage.lake, stage.topic).schema()
+    assert str(cold_v2.find_field("amount").field_type) == "float"
+    stage.produce(3, range(2 * PER_VERSION, 3 * PER_VERSION), kafka_bootstrap, registry_url)
+    _check_merged(spark, stage, versions=3)
+    merged = stage.gateway.catalog().load_table(f"merged.{stage.topic}").schema()
+    for field in cold_v2.fields:  # ids stable by name across all three versions
+        assert merged.find_field(field.name).field_id == field.field_id
+    assert str(merged.find_field("amount").field_type) == "double"
+    assert str(merged.find_field("price").field_type) == "decimal(10, 2)"
+    assert merged.find_field("channel").field_id > cold_v2.highest_field_id
+    assert "note" in merged.column_names  # a removed optional field stays, null from v3 on
+
+    ids = {
+        row[VALUE_SCHEMA_ID_COLUMN]
+        for row in stage.gateway.catalog()
+        .load_table(f"merged.{stage.topic}")
+        .scan(selected_fields=(VALUE_SCHEMA_ID_COLUMN,))
+        .to_arrow()
+        .to_pylist()
+    }
+    assert ids == set(stage.schema_ids.values()) and len(ids) == 3
+
+
+def test_the_gateway_survives_a_registry_outage_and_recovers_by_itself(
+    spark: Any, stage: Stage, kafka_bootstrap: str, stack_env: dict[str, str]
+) -> None:
+    from pyiceberg.exceptions import ServiceUnavailableError
+
+    if len({version for version, _ in stage.produced}) < 3:
+        pytest.skip("needs the three versions of the evolution test (run the module whole)")
+    registry_url = stack_env["BERGSTREAM_SCHEMA_REGISTRY_URL"]
+    start = 3 * PER_VERSION
+    stage.forwarder.stop()
+    try:
+        # records acked while the gateway's registry is away (the producer's is not)
+        stage.produce(3, range(start, start + 6), kafka_bootstrap, registry_url)
+        for namespace in ("hotset", "merged"):
+            with pytest.raises(ServiceUnavailableError, match="Schema Registry"):
+                stage.gateway.catalog().load_table(f"{namespace}.{stage.topic}")
+    finally:
+        stage.forwarder.start()
+    deadline = time.monotonic() + 60
+    while True:  # nothing restarted: the next load after the registry is back just works
+        try:
+            _check_merged(spark, stage, versions=3)
+            break
+        except ServiceUnavailableError:
+            assert time.monotonic() < deadline, "the gateway did not recover within 60 s"
+            time.sleep(1)
