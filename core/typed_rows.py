@@ -243,21 +243,20 @@ def _buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 def split_framing(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Per row of a large_binary array: whether it has Confluent framing (not null, at least 5
     bytes, magic byte 0), and its schema id (``-1`` where it has none)."""
+    from bergstream.core.framing_kernels import frame_ids
+
     values = _binary(values)
     offsets, data = _buffers(values)
-    starts, lengths = offsets[:-1], np.diff(offsets)
-    valid = ~np.asarray(values.is_null(), dtype=bool)
-    long_enough = valid & (lengths >= _HEADER)
-    safe = np.where(long_enough, starts, 0)
+    count = len(values)
+    framed = np.empty(count, bool)
+    ids = np.empty(count, np.int64)
     if not len(data):
-        return np.zeros(len(values), bool), np.full(len(values), -1, np.int64)
-    framed = long_enough & (data[safe] == _MAGIC)
-    ids = np.zeros(len(values), np.int64)
-    for position in range(1, _HEADER):
-        byte = data[np.minimum(safe + position, len(data) - 1)].astype(np.int64)
-        ids = (ids << 8) | byte
-    ids = np.where(ids >= 1 << 31, ids - (1 << 32), ids)  # a signed 32-bit int on the wire
-    return framed, np.where(framed, ids, -1)
+        framed[:] = False
+        ids[:] = -1
+        return framed, ids
+    valid = ~np.asarray(values.is_null(), dtype=bool)
+    frame_ids(data, offsets, valid, _HEADER, _MAGIC, framed, ids)
+    return framed, ids
 
 
 def _pool_array(dtype: type, count: int) -> tuple[pa.Buffer, np.ndarray]:
@@ -484,9 +483,7 @@ class TypedRows:
         keep = valid.copy()  # bytes kept unless a codec says they re-encode exactly
         errors = _Causes(count)
         errors.set(valid & ~framed, NO_FRAMING)
-        targets = {
-            column: self.layout.arrow_schema.field(column).type for column in side.columns
-        }
+        targets = {column: self.layout.arrow_schema.field(column).type for column in side.columns}
         key = name == "key"
         field_of = _side_columns(side, key)
         pieces: dict[str, list[pa.Array]] = {column: [] for column in side.columns}
@@ -506,7 +503,11 @@ class TypedRows:
                 continue
             codec = codecs.codec_for(schema)
             assert codec is not None
-            decoded = codec.decode(schema, _payloads(raw, rows))
+            decode_framed = getattr(codec, "decode_framed", None)
+            if one_group and decode_framed is not None:  # every row framed: no copy to cut it
+                decoded = decode_framed(schema, raw, _HEADER)
+            else:
+                decoded = codec.decode(schema, _payloads(raw, rows))
             keep[rows] = np.asarray(decoded.keep_bytes, dtype=bool)
             if decoded.errors.count(None) != len(decoded.errors):
                 for row, error in zip(rows, decoded.errors, strict=True):
@@ -537,7 +538,11 @@ class TypedRows:
         columns = _scatter(pieces, order, count, targets)
         for cause, rows_with_it in errors.counts().items():
             causes[(name, cause)] += rows_with_it
-        kept = pa.compute.if_else(pa.array(keep & valid), raw, pa.nulls(count, pa.large_binary()))
+        kept_rows = keep & valid
+        if kept_rows.any():
+            kept = pa.compute.if_else(pa.array(kept_rows), raw, pa.nulls(count, pa.large_binary()))
+        else:  # every value decoded canonically (the usual batch): no bytes kept
+            kept = pa.nulls(count, pa.large_binary())
         schema_ids = pa.array(np.where(framed, ids, 0), pa.int32(), mask=~framed)
         return _SideResult(columns, schema_ids, errors.array(), kept)
 
@@ -563,8 +568,10 @@ class TypedRows:
     ) -> pa.Array:
         id_column = KEY_SCHEMA_ID_COLUMN if name == "key" else VALUE_SCHEMA_ID_COLUMN
         ids_array = rows.column(id_column)
-        ids = np.asarray(ids_array.fill_null(-1), dtype=np.int64) if len(ids_array) else np.zeros(
-            0, np.int64
+        ids = (
+            np.asarray(ids_array.fill_null(-1), dtype=np.int64)
+            if len(ids_array)
+            else np.zeros(0, np.int64)
         )
         need = np.asarray(raw.is_null(), dtype=bool) & (
             ~np.asarray(ids_array.is_null(), dtype=bool)
@@ -668,8 +675,10 @@ def _scatter(
     """Full columns from the pieces of each schema id's rows (``order``), nulls elsewhere."""
     covered = np.concatenate(order) if order else np.zeros(0, np.int64)
     identity = len(covered) == count and bool(np.array_equal(covered, np.arange(count)))
-    rest = np.zeros(0, np.int64) if identity else np.setdiff1d(
-        np.arange(count), covered, assume_unique=True
+    rest = (
+        np.zeros(0, np.int64)
+        if identity
+        else np.setdiff1d(np.arange(count), covered, assume_unique=True)
     )
     inverse = None
     if not identity:
@@ -679,7 +688,10 @@ def _scatter(
     columns: dict[str, pa.Array] = {}
     for column, parts in pieces.items():
         parts = [*parts, pa.nulls(len(rest), targets[column])] if len(rest) else list(parts)
-        whole = pa.concat_arrays(parts) if parts else pa.nulls(0, targets[column])
+        if len(parts) == 1:
+            whole = parts[0]  # one schema id for every row: no copy
+        else:
+            whole = pa.concat_arrays(parts) if parts else pa.nulls(0, targets[column])
         columns[column] = whole if inverse is None else whole.take(pa.array(inverse))
     return columns
 
@@ -694,9 +706,7 @@ _reported: set[tuple[str, str, str]] = set()
 _reported_lock = threading.Lock()
 
 
-def report_undecodable(
-    component: str, topic: str, causes: Mapping[tuple[str, str], int]
-) -> None:
+def report_undecodable(component: str, topic: str, causes: Mapping[tuple[str, str], int]) -> None:
     """Count values (keys) that did not decode in the ``bergstream_undecodable_records`` metric
     and log each cause once per process (the rows themselves are kept raw, never dropped)."""
     for (side, cause), rows in causes.items():
@@ -708,6 +718,9 @@ def report_undecodable(
             log.warning(
                 "%s: %d %s(s) of topic %s did not decode and are kept as bytes: %s "
                 "(logged once per cause; see bergstream_undecodable_records)",
-                component, rows, side, topic, cause,
+                component,
+                rows,
+                side,
+                topic,
+                cause,
             )
-

@@ -71,11 +71,13 @@ class AvroDecoder:
         self._fixed = np.zeros(cols, dtype=np.int64)  # slots per row of unrepeated columns
         _slots_per_row(program.root, self._fixed)
 
-    def decode(self, payloads: pa.Array) -> DecodedValues:
-        """Decode every payload; failed rows are null with their cause."""
+    def decode(self, payloads: pa.Array, skip: int = 0) -> DecodedValues:
+        """Decode every payload; failed rows are null with their cause. With ``skip``, each
+        value's first ``skip`` bytes are a header that is not decoded (every value has it: the
+        caller checked), so framed values need no copy without their framing."""
         data, offsets = payload_buffers(payloads)
         rows = len(offsets) - 1
-        total = int(offsets[-1] - offsets[0]) if rows else 0
+        total = int(offsets[-1] - offsets[0]) - skip * rows if rows else 0
         arenas = self._allocate(rows, total)
         keep = np.zeros(rows, dtype=np.uint8)
         errors = np.zeros(rows, dtype=np.int8)
@@ -84,14 +86,14 @@ class AvroDecoder:
         start = 0
         while True:
             status, row, column = decode_rows(
-                data, offsets, start, program.code, program.jumps, program.pads,
+                data, offsets, skip, start, program.code, program.jumps, program.pads,
                 program.symbol_offsets, program.symbol_data, POW10,
                 program.root_pads[0], program.root_pads[1], *arenas.arrays,
                 arenas.base, arenas.cap, arenas.length, keep, errors, stack,
             )  # fmt: skip
             if status != OVERFLOW:
                 break
-            done = int(offsets[row] - offsets[0])
+            done = int(offsets[row] - offsets[0]) - skip * row
             arenas = self._grow(arenas, column, done, total)
             start = row
         if total:
@@ -101,7 +103,7 @@ class AvroDecoder:
         causes: list[str | None] = [None] * rows
         for row in np.flatnonzero(errors):
             causes[row] = ops.ERRORS[int(errors[row])]
-        return DecodedValues(values=values, keep_bytes=keep.astype(bool), errors=causes)
+        return DecodedValues(values=values, keep_bytes=keep.view(bool), errors=causes)
 
     def _allocate(self, rows: int, total: int) -> _Arenas:
         program = self.program
@@ -143,7 +145,7 @@ def _layout(program: Program, cap: np.ndarray, old: _Arenas | None) -> _Arenas:
     for col, arena in enumerate(program.col_arena):
         base[col] = sizes[int(arena)]
         sizes[int(arena)] += int(cap[col])
-    arrays = [np.empty(max(sizes[arena], 1), dtype=dtype) for arena, dtype in _DTYPES.items()]
+    arrays = [_pool_array(dtype, max(sizes[arena], 1)) for arena, dtype in _DTYPES.items()]
     if old is None:
         length = program.col_offsets.astype(np.int64)
         for col in np.flatnonzero(program.col_offsets):
@@ -155,6 +157,14 @@ def _layout(program: Program, cap: np.ndarray, old: _Arenas | None) -> _Arenas:
             target, source = arrays[int(arena)], old.arrays[int(arena)]
             target[base[col] : base[col] + n] = source[old.base[col] : old.base[col] + n]
     return _Arenas(arrays, program.col_arena, base, cap.astype(np.int64), length)
+
+
+def _pool_array(dtype: type, count: int) -> np.ndarray:
+    """An uninitialized array in a buffer of Arrow's memory pool: the pool reuses freed memory,
+    where a fresh numpy allocation of this size is new pages, each faulted in on first write
+    (several milliseconds per batch)."""
+    buffer = pa.allocate_buffer(count * np.dtype(dtype).itemsize)
+    return np.frombuffer(buffer, dtype=dtype)
 
 
 class _Assembler:

@@ -75,6 +75,14 @@ class AvroCodec:
         ``keep_bytes`` and its cause, never an exception."""
         return self._compile(schema, None).decoder.decode(payloads)
 
+    def decode_framed(
+        self, schema: RegisteredSchema, values: pa.Array, header: int
+    ) -> DecodedValues:
+        """:meth:`decode` of the payloads of ``values`` (``large_binary``, no nulls), each one
+        after a ``header`` of that many bytes which every value has (the Confluent framing a
+        caller checked): no copy of the payloads without their headers is made."""
+        return self._compile(schema, None).decoder.decode(values, skip=header)
+
     def encode(self, schema: RegisteredSchema, values: pa.Array) -> pa.Array:
         """The canonical payloads of ``values`` (the type :meth:`decode` gives; no null rows
         unless the schema is a union with null)."""

@@ -54,6 +54,8 @@ from bergstream.plugins.value_codecs.avro_ops import (
 )
 from bergstream.plugins.value_codecs.kernel_numeric import decimal_length, fits_precision
 from bergstream.plugins.value_codecs.kernel_read import (
+    copy_bytes,
+    high_bit_set,
     mark_duplicates,
     read_be128,
     read_le,
@@ -102,7 +104,7 @@ def _pad(
 
 @numba.njit(cache=True, nogil=True)
 def decode_rows(
-    buf: np.ndarray, offsets: np.ndarray, start_row: int,
+    buf: np.ndarray, offsets: np.ndarray, skip: int, start_row: int,
     code: np.ndarray, jumps: np.ndarray, pads: np.ndarray,
     symbol_offsets: np.ndarray, symbol_data: np.ndarray, pow10: np.ndarray,
     root_pad_first: int, root_pad_count: int,
@@ -110,7 +112,8 @@ def decode_rows(
     cbase: np.ndarray, ccap: np.ndarray, clen: np.ndarray,
     keep: np.ndarray, errors: np.ndarray, stack: np.ndarray,
 ) -> tuple[int, int, int]:  # fmt: skip
-    """Decode payloads ``start_row..`` (``buf[offsets[i]:offsets[i+1]]``). Returns (status,
+    """Decode payloads ``start_row..`` (``buf[offsets[i] + skip : offsets[i+1]]``: ``skip``
+    bytes of each value are a header, framing the caller checked is there). Returns (status,
     row, column): :data:`DONE`, or :data:`OVERFLOW` with the row to resume at and the column
     that needs room (nothing of that row is kept)."""
     rows = offsets.size - 1
@@ -118,7 +121,7 @@ def decode_rows(
     saved = np.empty(ncols, dtype=np.int64)
     flags = np.empty(64, dtype=np.uint8)
     for row in range(start_row, rows):
-        pos = offsets[row]
+        pos = offsets[row] + skip
         end = offsets[row + 1]
         for c in range(ncols):
             saved[c] = clen[c]
@@ -218,15 +221,14 @@ def decode_rows(
                     if at >= ccap[col]:
                         over = col
                         break
-                    dst = cbase[data] + filled
-                    high = 0
-                    for i in range(length):
-                        byte = source[start + i]
-                        high |= byte
-                        a8[dst + i] = byte
+                    copy_bytes(a8, cbase[data] + filled, source, start, length)
                     # Only strings with a byte above 0x7F need the full UTF-8 check.
-                    utf8 = op == OP_STRING and code[pc, 3] == 1
-                    if high >= 0x80 and utf8 and not utf8_ok(buf, start, pos):
+                    if (
+                        op == OP_STRING
+                        and code[pc, 3] == 1
+                        and high_bit_set(buf, start, length)
+                        and not utf8_ok(buf, start, pos)
+                    ):
                         error = ERR_UTF8
                         break
                     clen[data] = filled + length

@@ -42,6 +42,7 @@ from bergstream.plugins.value_codecs.avro_ops import (
     SEL_NULL,
 )
 from bergstream.plugins.value_codecs.kernel_numeric import decimal_length
+from bergstream.plugins.value_codecs.kernel_read import copy_bytes
 
 __all__ = ["encode_rows"]
 
@@ -159,7 +160,7 @@ def encode_rows(
                     if pos + 10 + length > out.size:
                         out = _grow(out, pos, pos + 10 + length)
                     pos = _put_varint(out, pos, length)
-                    out[pos : pos + length] = a8[start : start + length]
+                    copy_bytes(out, pos, a8, start, length)
                     pos += length
                 pc += 1
             elif op == OP_INT:

@@ -1,6 +1,7 @@
 """Reading Avro in the decoder kernel (numba): zigzag varints (and whether they are minimal),
 little-endian numbers, UTF-8 validation, big-endian 128-bit decimals, UUID strings, duplicate
-map keys.
+map keys, and copying byte runs (one ``memcpy``, an ASCII check a word at a time: a loop over
+single bytes takes most of the kernel's time on string-heavy values).
 
 These functions are inlined into :func:`.decode_kernel.decode_rows`, whose on-disk numba cache
 is keyed on its own file only: after changing this module, also touch ``decode_kernel.py`` (or
@@ -8,12 +9,22 @@ remove its ``__pycache__`` entries) so the kernel is recompiled."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.base import BaseContext
+from numba.core.typing.templates import Signature
+from numba.extending import intrinsic
 
 from bergstream.plugins.value_codecs.avro_ops import ERR_TRUNCATED, ERR_VARINT
 
 __all__ = [
+    "copy_bytes",
+    "high_bit_set",
     "mark_duplicates",
     "read_be128",
     "read_le",
@@ -47,6 +58,71 @@ def read_varint(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, bool]:
             break
         shift += 7
     return ((raw >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(raw & 1), pos, byte == 0
+
+
+def _contiguous_bytes(array: types.Type) -> bool:
+    return isinstance(array, types.Array) and array.dtype == types.uint8 and array.layout == "C"
+
+
+@intrinsic
+def copy_bytes(
+    typingctx: object, dst: types.Type, dst_at: types.Type, src: types.Type, src_at: types.Type,
+    count: types.Type,
+) -> tuple[Signature, Callable[..., object]]:  # fmt: skip
+    """``dst[dst_at : dst_at + count] = src[src_at : src_at + count]`` as one ``memcpy``
+    (contiguous uint8 arrays that do not overlap; bounds are the caller's)."""
+    if not (_contiguous_bytes(dst) and _contiguous_bytes(src)):
+        return None  # type: ignore[return-value]  # not typed: numba reports the call
+
+    def codegen(
+        context: BaseContext, builder: ir.IRBuilder, signature: Signature, args: list[ir.Value]
+    ) -> ir.Value:
+        target = context.make_array(signature.args[0])(context, builder, args[0])
+        source = context.make_array(signature.args[2])(context, builder, args[2])
+        to = builder.gep(target.data, [args[1]])
+        origin = builder.gep(source.data, [args[3]])
+        cgutils.raw_memcpy(builder, to, origin, args[4], 1)
+        return context.get_dummy_value()
+
+    return types.none(dst, types.intp, src, types.intp, types.intp), codegen
+
+
+@intrinsic
+def _load_word(
+    typingctx: object, src: types.Type, at: types.Type
+) -> tuple[Signature, Callable[..., object]]:
+    """The 8 bytes of a contiguous uint8 array at ``at`` as one (unaligned, native-endian)
+    int64 (bounds are the caller's)."""
+    if not _contiguous_bytes(src):
+        return None  # type: ignore[return-value]  # not typed: numba reports the call
+
+    def codegen(
+        context: BaseContext, builder: ir.IRBuilder, signature: Signature, args: list[ir.Value]
+    ) -> ir.Value:
+        source = context.make_array(signature.args[0])(context, builder, args[0])
+        pointer = builder.gep(source.data, [args[1]])
+        return builder.load(builder.bitcast(pointer, ir.IntType(64).as_pointer()), align=1)
+
+    return types.int64(src, types.intp), codegen
+
+
+_HIGH_BITS = np.int64(-0x7F7F7F7F7F7F7F80)  # 0x8080808080808080
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def high_bit_set(buf: np.ndarray, pos: int, length: int) -> bool:
+    """Whether a byte of ``buf[pos : pos + length]`` is above 0x7F (8 bytes at a time)."""
+    if length < 8:
+        tail = 0
+        for i in range(length):
+            tail |= buf[pos + i]
+        return tail >= 0x80
+    words = _load_word(buf, pos + length - 8)  # the last 8 bytes (overlapping the loop's)
+    i = 0
+    while i + 8 <= length:
+        words |= _load_word(buf, pos + i)
+        i += 8
+    return (words & _HIGH_BITS) != 0
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
