@@ -8,7 +8,8 @@ times ``run_pipeline(..., once=True)`` into a fresh table:
 
 - **raw**: no ``codecs:`` rule, one ``kafka_value`` column (today's pipeline);
 - **avro**: a rule decoding values by the registry (typed columns, decoded by core's TypedRows
-  in Spark's Python workers through ``mapInArrow``).
+  in Spark's Python workers through ``mapInArrow``, which write the Parquet data files
+  themselves; the driver commits them with the boundary).
 
 The two alternate ``--rounds`` times and the best of each counts (the machine is shared); CPU
 seconds of the whole process tree (driver, JVM, Python workers) are printed beside, being less

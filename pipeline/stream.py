@@ -178,7 +178,9 @@ class BatchWriter:
         if self.typed is None:
             self._append(self._with_table_columns(rows), text)
         else:
-            causes = self.typed.write(rows, lambda frame: self._append(frame, text))
+            causes = self.typed.write(
+                rows, lambda frame: self._append(frame, text), {BOUNDARY_PROPERTY: text}
+            )
             report_undecodable("pipeline", self.table.topic, causes)
             undecodable = sum(causes.values())
         self._account(batch_id, text, new, undecodable)

@@ -3,7 +3,7 @@ for its boundary. Goes through Iceberg's Java API (py4j), the same code Spark wr
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -22,8 +22,11 @@ from bergstream.core.api import (
 from bergstream.pipeline.session import PipelineSetupError
 
 if TYPE_CHECKING:
+    from pyiceberg.partitioning import PartitionSpec
     from pyiceberg.schema import Schema
     from pyspark.sql import SparkSession
+
+    from bergstream.pipeline.typed_files import WrittenFile
 
 __all__ = [
     "TABLE_PROPERTIES",
@@ -32,6 +35,7 @@ __all__ = [
     "TableSchema",
     "ensure_bucket",
     "open_table",
+    "s3_filesystem_options",
 ]
 
 #: Properties of a new topic table.
@@ -178,6 +182,50 @@ class LakeTable:
             return True
         return False
 
+    def data_location(self) -> str:
+        """Where the table's data files go (``write.data.path``, else ``<location>/data``)."""
+        probe = str(self.java.locationProvider().newDataLocation("probe"))
+        return probe[: -len("/probe")]
+
+    def partition_spec(self) -> PartitionSpec:
+        """The table's current partition spec (PyIceberg's form)."""
+        from pyiceberg.partitioning import PartitionSpec
+
+        jvm = _jvm(self.spark)
+        text = str(jvm.org.apache.iceberg.PartitionSpecParser.toJson(self.java.spec()))
+        return PartitionSpec.model_validate_json(text)
+
+    def append_files(self, files: Sequence[WrittenFile], properties: Mapping[str, str]) -> None:
+        """Commit ``files`` (Parquet data files of the current schema, in the current spec)
+        in one append with ``properties`` in its snapshot summary; each file's metrics are
+        read from its footer by Iceberg's Java code, as its own writers make them."""
+        jvm = _jvm(self.spark)
+        iceberg = jvm.org.apache.iceberg
+        self.refresh()
+        table = self.java
+        spec = table.spec()
+        metrics_config = iceberg.MetricsConfig.forTable(table)
+        append = table.newAppend()
+        for written in files:
+            partition = iceberg.PartitionData(spec.partitionType())
+            partition.set(0, written.kafka_partition)
+            partition.set(1, written.time_bucket)
+            source = table.io().newInputFile(written.path, written.size)
+            metrics = iceberg.parquet.ParquetUtil.fileMetrics(source, metrics_config)
+            data_file = (
+                iceberg.DataFiles.builder(spec)
+                .withPath(written.path)
+                .withFormat(iceberg.FileFormat.PARQUET)
+                .withFileSizeInBytes(written.size)
+                .withPartition(partition)
+                .withMetrics(metrics)
+                .build()
+            )
+            append.appendFile(data_file)
+        for key, value in properties.items():
+            append.set(key, value)
+        append.commit()
+
     def snapshot_count(self) -> int:
         """Number of snapshots in the table's metadata."""
         self.refresh()
@@ -211,14 +259,10 @@ def _java_catalog(spark: SparkSession, lake: ResolvedLake) -> Any:
         ) from error
 
 
-def ensure_bucket(lake: ResolvedLake) -> None:
-    """Create the bucket of an ``s3://`` warehouse if it does not exist yet."""
-    if not (lake.warehouse or "").startswith("s3://"):
-        return
-    from pyarrow import fs
-
+def s3_filesystem_options(lake: ResolvedLake) -> dict[str, Any]:
+    """pyarrow ``S3FileSystem`` options for the lake's ``s3`` settings (``{}``: pyarrow's own
+    defaults and credential chain)."""
     s3 = lake.s3
-    bucket = urlparse(lake.warehouse).netloc
     options: dict[str, Any] = {}
     if s3 is not None:
         options = {"region": s3.region, "force_virtual_addressing": not s3.path_style}
@@ -229,6 +273,17 @@ def ensure_bucket(lake: ResolvedLake) -> None:
         if s3.access_key is not None:
             options["access_key"] = s3.access_key
             options["secret_key"] = s3.secret_key or ""
+    return options
+
+
+def ensure_bucket(lake: ResolvedLake) -> None:
+    """Create the bucket of an ``s3://`` warehouse if it does not exist yet."""
+    if not (lake.warehouse or "").startswith("s3://"):
+        return
+    from pyarrow import fs
+
+    bucket = urlparse(lake.warehouse).netloc
+    options = s3_filesystem_options(lake)
     filesystem = fs.S3FileSystem(allow_bucket_creation=True, **options)
     info = filesystem.get_file_info(bucket)
     if info.type == fs.FileType.NotFound:

@@ -8,8 +8,11 @@ Per batch:
 2. when the layout added columns or schemas, one metadata commit sets the table's schema with
    the layout's own field ids and the ``bergstream.schema.<id>`` properties (before any row that
    needs them is written);
-3. the rows are decoded in the workers (:mod:`~bergstream.pipeline.typed_worker`) and written by
-   the caller's append, which carries the boundary.
+3. the rows are decoded in the workers, which write them as Parquet data files themselves; the
+   driver commits those files in one append that carries the boundary
+   (:mod:`~bergstream.pipeline.typed_files`). A table whose spec, location or codec the
+   workers cannot write (see there) gets the decoded rows back in Spark
+   (:mod:`~bergstream.pipeline.typed_worker`), written by the caller's append.
 
 A worker that meets a schema id the driver did not ship fails the job; the driver reads those ids
 and runs the batch again (:mod:`~bergstream.pipeline.typed`). A registry that cannot be reached
@@ -24,7 +27,7 @@ import functools
 import json
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from bergstream.core.api import (
@@ -36,8 +39,15 @@ from bergstream.core.api import (
     TypedRows,
     build_layout,
 )
-from bergstream.pipeline.tables import LakeTable, TableSchema
+from bergstream.pipeline.tables import LakeTable, TableSchema, s3_filesystem_options
 from bergstream.pipeline.typed import SchemasNeeded, ShippedSchemas, TopicTyping, needed_by
+from bergstream.pipeline.typed_files import (
+    WRITTEN_FILES_SCHEMA,
+    FileTarget,
+    WrittenFile,
+    file_target,
+    write_files,
+)
 from bergstream.pipeline.typed_worker import CausesParam, DecodeJob, decode_batches
 
 if TYPE_CHECKING:
@@ -46,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["RegistryUnreachable", "TypedBatches"]
 
 Report = Callable[[str], None]
+Append = Callable[["DataFrame"], None]
 
 #: Columns of the row contract the decoder never changes.
 _UNCHANGED = frozenset(
@@ -118,16 +129,19 @@ class TypedBatches:
     # ------------------------------------------------------------------ one batch
 
     def write(
-        self, rows: DataFrame, append: Callable[[DataFrame], None]
+        self, rows: DataFrame, append: Append, summary: Mapping[str, str]
     ) -> Counter[tuple[str, str]]:
-        """Decode ``rows`` (row-contract columns) and ``append`` them; returns the undecodable
-        counts by ``(side, cause)``. Raises :class:`RegistryUnreachable` when the registry stays
-        away longer than the run waits."""
+        """Decode ``rows`` (row-contract columns) and commit them in one append whose snapshot
+        summary has ``summary``: written by the workers themselves when the table allows it
+        (:mod:`~bergstream.pipeline.typed_files`), else through ``append`` (Spark's writer).
+        Returns the undecodable counts by ``(side, cause)``. Raises
+        :class:`RegistryUnreachable` when the registry stays away longer than the run
+        waits."""
         needs = SchemasNeeded()
         waited, pause = 0.0, 1.0
         while True:
             try:
-                return self._attempt(rows, append, needs)
+                return self._attempt(rows, append, summary, needs)
             except RegistryUnavailable as error:
                 if self.stop.is_set() or (self.once and waited >= self.registry_wait_seconds):
                     raise RegistryUnreachable(
@@ -159,7 +173,7 @@ class TypedBatches:
         self.stop.wait(seconds)
 
     def _attempt(
-        self, rows: DataFrame, append: Callable[[DataFrame], None], needs: SchemasNeeded
+        self, rows: DataFrame, append: Append, summary: Mapping[str, str], needs: SchemasNeeded
     ) -> Counter[tuple[str, str]]:
         shipped = ShippedSchemas()
         source = _DriverSchemas(self.typing, shipped)
@@ -172,8 +186,11 @@ class TypedBatches:
         self._evolve(base, layout, shipped)
         spark = self.table.spark
         causes = spark.sparkContext.accumulator(Counter(), CausesParam())
-        frame = self._frame(rows, layout, shipped, causes)
-        append(frame)
+        target = self._file_target(layout)
+        if target is None:
+            append(self._frame(rows, layout, shipped, causes))
+        else:
+            self._write_files(rows, layout, shipped, causes, target, summary)
         return Counter(causes.value)
 
     # ------------------------------------------------------------------ driver steps
@@ -210,6 +227,59 @@ class TypedBatches:
         if self.table.commit_schema(layout.schema, layout.last_column_id, properties) and added:
             names = [f.name for f in layout.schema.fields[len(base.schema.fields) :]]
             self.report(f"table {self.table.name}: {added} new column(s) {', '.join(names)}")
+
+    def _file_target(self, layout: TypedLayout) -> FileTarget | None:
+        """How workers write this table's files; None: through Spark's writer."""
+        current = self.table.current_schema(refresh=False)
+        if current.schema.as_struct() != layout.schema.as_struct():
+            raise RuntimeError(
+                f"table {self.table.name} has the schema {current.schema}, not the layout's "
+                f"{layout.schema}"
+            )
+        return file_target(
+            layout,
+            self.table.partition_spec(),
+            self.table.data_location(),
+            current.properties,
+            s3_filesystem_options(self.table.lake),
+        )
+
+    def _write_files(
+        self,
+        rows: DataFrame,
+        layout: TypedLayout,
+        shipped: ShippedSchemas,
+        causes: object,
+        target: FileTarget,
+        summary: Mapping[str, str],
+    ) -> None:
+        """Workers decode and write data files; the driver commits them all in one append."""
+        job = DecodeJob(
+            rows=TypedRows(layout, self.typing.codecs, shipped),
+            schemas=shipped,
+            names=tuple(layout.arrow_schema.names),
+            passthrough=frozenset(),
+            framed=self._framed(layout),
+            causes=causes,
+        )
+        written = rows.mapInArrow(
+            functools.partial(write_files, job, target), WRITTEN_FILES_SCHEMA
+        ).collect()
+        files = [
+            WrittenFile(r["path"], r["kafka_partition"], r["time_bucket"], r["size"])
+            for r in written
+        ]
+        self.table.append_files(files, summary)
+
+    @staticmethod
+    def _framed(layout: TypedLayout) -> tuple[str, ...]:
+        """The input columns holding framed values to decode."""
+        framed = []
+        if layout.value is not None:
+            framed.append("kafka_value")
+        if layout.key is not None:
+            framed.append("kafka_key")
+        return tuple(framed)
 
     def _frame(
         self, rows: DataFrame, layout: TypedLayout, shipped: ShippedSchemas, causes: object

@@ -140,6 +140,17 @@ def test_avro_values_become_the_columns_core_decodes(
     for schema_id in (value_id, key_id, subset_id):
         assert f"{SCHEMA_PROPERTY_PREFIX}{schema_id}" in table.properties
 
+    # The workers wrote the data files (one per Kafka partition and day), committed with
+    # Iceberg's metrics from their footers: counts and bounds of typed columns prune scans.
+    amount_id = table.schema().find_field("amount").field_id
+    tasks = list(table.scan().plan_files())
+    assert sorted(t.file.partition[0] for t in tasks) == list(range(PARTS))
+    for task in tasks:
+        assert "/bergstream-" in task.file.file_path, task.file.file_path
+        assert task.file.value_counts[amount_id] == task.file.record_count
+        assert amount_id in task.file.lower_bounds and amount_id in task.file.upper_bounds
+    assert not list(table.scan(row_filter="amount > 10000000000").plan_files())
+
     # PyIceberg reads exactly the rows core's decoder makes of the same records.
     by_pyiceberg = sorted_rows(table.scan().to_arrow())
     assert by_pyiceberg == sorted_rows(expected)
@@ -383,3 +394,79 @@ def test_the_typed_example_runs_from_the_command_line(
     table = coldset(pipeline_lake(config, home=tmp_path), topic)
     amounts = table.scan(selected_fields=("amount",)).to_arrow().column("amount").to_pylist()
     assert sum(amounts) == sum(payment(i)["amount"] for i in range(30))
+
+
+def test_workers_write_typed_files_into_an_s3_warehouse(
+    spark: Any,
+    make_lake: Callable[..., PipelineLake],
+    stack_env: dict[str, str],
+    kafka_bootstrap: str,
+    registry_url: str,
+    create_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    from bergstream.pipeline.session import attach_catalog
+
+    lake = make_lake(
+        catalog={
+            "name": "typed_s3",
+            "uri": f"sqlite:///{tmp_path}/typed-s3-catalog.db",
+            "warehouse": "s3://typed-lake/warehouse",
+        },
+        s3={
+            "endpoint": stack_env["BERGSTREAM_S3_ENDPOINT"],
+            "access_key": stack_env["BERGSTREAM_S3_ACCESS_KEY"],
+            "secret_key": stack_env["BERGSTREAM_S3_SECRET_KEY"],
+            "region": stack_env["BERGSTREAM_S3_REGION"],
+        },
+    )
+    attach_catalog(spark, lake)
+    topic = create_topic(PARTS, prefix="typed-s3")
+    schema_id = register(registry_url, f"{topic}-value", PAYMENT_V1)
+    records = mixed_records(
+        range(40), schema_id, 1, avro_serializer(registry_url, topic, PAYMENT_V1), PARTS
+    )
+    produce(kafka_bootstrap, topic, records)
+    typing = typing_for(tmp_path, registry_url, topic)
+    assert run_pipeline(spark, lake, topic, once=True, report=_quiet, codecs=typing).records == 40
+
+    table = coldset(lake, topic)
+    paths = [task.file.file_path for task in table.scan().plan_files()]
+    assert paths and all(p.startswith("s3://typed-lake/warehouse/") for p in paths)
+    assert all("/bergstream-" in p for p in paths)
+    by_pyiceberg = sorted_rows(table.scan().to_arrow())
+    truth = truth_table(kafka_bootstrap, topic, PARTS)
+    assert by_pyiceberg == sorted_rows(decoder_of(typing).decode(truth).table)
+    by_spark = table_rows_spark(spark, lake, topic)
+    assert _spark_view(by_spark) == _spark_view(by_pyiceberg)
+
+
+def test_a_table_the_workers_cannot_write_goes_through_sparks_writer(
+    spark: Any,
+    lake: PipelineLake,
+    kafka_bootstrap: str,
+    registry_url: str,
+    create_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    topic = create_topic(PARTS, prefix="typed-spark-writer")
+    schema_id = register(registry_url, f"{topic}-value", PAYMENT_V1)
+    serialize = avro_serializer(registry_url, topic, PAYMENT_V1)
+    produce(kafka_bootstrap, topic, mixed_records(range(20), schema_id, 1, serialize, PARTS))
+    typing = typing_for(tmp_path, registry_url, topic)
+    run_pipeline(spark, lake, topic, once=True, report=_quiet, codecs=typing)
+    table = coldset(lake, topic)
+    first = {task.file.file_path for task in table.scan().plan_files()}
+    assert all("/bergstream-" in path for path in first)
+
+    # Iceberg's object-storage layout hashes file paths: only Spark's writer does it.
+    with table.transaction() as transaction:
+        transaction.set_properties({"write.object-storage.enabled": "true"})
+    produce(kafka_bootstrap, topic, mixed_records(range(20, 40), schema_id, 1, serialize, PARTS))
+    assert run_pipeline(spark, lake, topic, once=True, report=_quiet, codecs=typing).records == 20
+    table = coldset(lake, topic)
+    second = {task.file.file_path for task in table.scan().plan_files()} - first
+    assert second and not any("/bergstream-" in path for path in second)
+    truth = truth_table(kafka_bootstrap, topic, PARTS)
+    by_pyiceberg = sorted_rows(table.scan().to_arrow())
+    assert by_pyiceberg == sorted_rows(decoder_of(typing).decode(truth).table)
