@@ -38,9 +38,8 @@ import pyarrow.parquet as pq
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform
 
-from bergstream.core.api import TypedLayout, split_framing
-from bergstream.core.row_contract import PARTITION_ID, TIMESTAMP_ID
-from bergstream.pipeline.typed_worker import DecodeJob
+from bergstream.core.api import PARTITION_ID, TIMESTAMP_ID, TypedLayout
+from bergstream.pipeline.typed_worker import DecodeJob, decode_batch
 
 __all__ = ["WRITTEN_FILES_SCHEMA", "FileTarget", "WrittenFile", "file_target", "write_files"]
 
@@ -290,12 +289,7 @@ def write_files(
     files = _Files(target)
     try:
         for batch in batches:
-            rows = pa.Table.from_batches([batch])
-            for column in job.framed:
-                framed, ids = split_framing(rows.column(column))
-                job.schemas.check(int(i) for i in np.unique(ids[framed]))
-            decoded = job.rows.decode(rows)
-            causes.update(decoded.causes)
+            decoded = decode_batch(job, batch, causes)
             files.write(decoded.table.select(target.schema.names).cast(target.schema))
         written = files.close()
     except BaseException:

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bergstream.core.api import TypedRows, split_framing
+from bergstream.core.api import DecodedRows, TypedRows, split_framing
 from bergstream.pipeline.spark_arrow import to_spark_array
 from bergstream.pipeline.typed import ShippedSchemas
 
-__all__ = ["CausesParam", "DecodeJob", "decode_batches"]
+__all__ = ["CausesParam", "DecodeJob", "decode_batch", "decode_batches"]
 
 Causes = Counter[tuple[str, str]]
 
@@ -62,6 +62,19 @@ def _array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return column
 
 
+def decode_batch(job: DecodeJob, batch: pa.RecordBatch, causes: Causes) -> DecodedRows:
+    """``batch`` (row-contract columns) decoded by ``job``, its undecodable counts added to
+    ``causes``. Raises :class:`~bergstream.pipeline.typed.SchemasNeeded` before decoding a
+    batch that holds a schema id the driver did not ship."""
+    rows = pa.Table.from_batches([batch])
+    for column in job.framed:
+        framed, ids = split_framing(rows.column(column))
+        job.schemas.check(int(i) for i in np.unique(ids[framed]))
+    decoded = job.rows.decode(rows)
+    causes.update(decoded.causes)
+    return decoded
+
+
 def decode_batches(job: DecodeJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function (bind ``job`` with ``functools.partial``): typed batches of
     row-contract batches. Raises :class:`~bergstream.pipeline.typed.SchemasNeeded` before
@@ -69,14 +82,9 @@ def decode_batches(job: DecodeJob, batches: Iterator[pa.RecordBatch]) -> Iterato
     causes: Causes = Counter()
     try:
         for batch in batches:
-            rows = pa.Table.from_batches([batch])
-            for column in job.framed:
-                framed, ids = split_framing(rows.column(column))
-                job.schemas.check(int(i) for i in np.unique(ids[framed]))
-            decoded = job.rows.decode(rows)
-            causes.update(decoded.causes)
+            decoded = decode_batch(job, batch, causes)
             arrays = [
-                _array(rows.column(name))
+                _array(batch.column(name))
                 if name in job.passthrough
                 else to_spark_array(decoded.table.column(name))
                 for name in job.names

@@ -109,6 +109,21 @@ def attach_isk(connection: Any, catalog_url: str) -> None:
     connection.execute(SqlSession.attach_sql(catalog_url))
 
 
+def attach_spark_catalog(spark: Any, catalog_url: str) -> str:
+    """Attach the ISK REST catalog at ``catalog_url`` to ``spark`` under a fresh name (S3
+    settings come only from each table's vended config); the name."""
+    import uuid
+
+    name = f"isk_{uuid.uuid4().hex[:8]}"
+    prefix = f"spark.sql.catalog.{name}"
+    spark.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
+    spark.conf.set(f"{prefix}.type", "rest")
+    spark.conf.set(f"{prefix}.uri", catalog_url)
+    spark.conf.set(f"{prefix}.io-impl", "org.apache.iceberg.aws.s3.S3FileIO")
+    spark.conf.set(f"{prefix}.cache-enabled", "false")
+    return name
+
+
 @contextlib.contextmanager
 def shared_spark() -> Iterator[Any]:
     """The run's one Spark session (pyspark's getOrCreate returns a running one, e.g. the

@@ -4,13 +4,12 @@ S3FileIO (vended S3 settings) against ``bergstream run``'s ``isk`` service."""
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tests.isk_e2e.helpers import Gateway, produce, shared_spark
+from tests.isk_e2e.helpers import Gateway, attach_spark_catalog, produce, shared_spark
 from tests.isk_e2e.test_isk_e2e import mixed_records
 from tests.support import consume_rows, sort_rows
 
@@ -37,14 +36,7 @@ def spark() -> Iterator[Any]:
 def catalog(spark: Any, gateway: Gateway) -> str:
     """An Iceberg REST catalog on the module's gateway, attached at runtime under a fresh name;
     S3 settings come only from the table's vended config."""
-    name = f"isk_{uuid.uuid4().hex[:8]}"
-    prefix = f"spark.sql.catalog.{name}"
-    spark.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
-    spark.conf.set(f"{prefix}.type", "rest")
-    spark.conf.set(f"{prefix}.uri", gateway.catalog_url)
-    spark.conf.set(f"{prefix}.io-impl", "org.apache.iceberg.aws.s3.S3FileIO")
-    spark.conf.set(f"{prefix}.cache-enabled", "false")
-    return name
+    return attach_spark_catalog(spark, gateway.catalog_url)
 
 
 def table_name(catalog: str, topic: str) -> str:

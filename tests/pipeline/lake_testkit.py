@@ -32,6 +32,16 @@ class Produced:
     timestamp: int | None
 
 
+def s3_settings(stack_env: dict[str, str]) -> dict[str, str]:
+    """``lake.s3`` settings of the stack's S3 server."""
+    return {
+        "endpoint": stack_env["BERGSTREAM_S3_ENDPOINT"],
+        "access_key": stack_env["BERGSTREAM_S3_ACCESS_KEY"],
+        "secret_key": stack_env["BERGSTREAM_S3_SECRET_KEY"],
+        "region": stack_env["BERGSTREAM_S3_REGION"],
+    }
+
+
 def produce(bootstrap: str, topic: str, records: list[Produced], **config: Any) -> None:
     """Produce ``records`` in order with aiokafka (idempotent, so no duplicates on retry; unlike
     librdkafka it keeps a timestamp of 0 as 0). ``config`` goes to AIOKafkaProducer."""

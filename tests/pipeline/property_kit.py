@@ -418,6 +418,12 @@ def _struct_like(node: AvroNode) -> bool:
 def ksi_config(lake: ResolvedLake, registry_url: str, topic: str) -> str:
     """The ``lake:`` and ``codecs:`` sections (JSON is YAML) for the KSI proxy: the same
     catalog as ``lake``, values of ``topic`` typed by the registry."""
+    return lake_and_codecs_yaml(lake, {"url": registry_url}, topic)
+
+
+def lake_and_codecs_yaml(lake: ResolvedLake, registry: dict[str, Any], topic: str) -> str:
+    """The ``lake:`` section of ``lake`` and a ``codecs:`` section typing the values of
+    ``topic`` by the registry ``registry`` (its settings) says, as YAML (JSON is YAML)."""
     sections = {
         "lake": {
             "kafka_bootstrap": lake.config.kafka_bootstrap,
@@ -430,7 +436,7 @@ def ksi_config(lake: ResolvedLake, registry_url: str, topic: str) -> str:
             },
         },
         "codecs": {
-            "schema_registry": {"url": registry_url},
+            "schema_registry": registry,
             "topics": [{"match": topic, "value": "registry"}],
         },
     }

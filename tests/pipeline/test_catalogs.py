@@ -17,6 +17,7 @@ from tests.pipeline.lake_testkit import (
     consume_all,
     produce,
     records_of,
+    s3_settings,
     table_rows_pyiceberg,
     table_rows_spark,
 )
@@ -62,12 +63,7 @@ def test_s3_warehouse(
             "uri": f"sqlite:///{tmp_path}/s3-catalog.db",
             "warehouse": "s3://lake-test/warehouse",
         },
-        s3={
-            "endpoint": stack_env["BERGSTREAM_S3_ENDPOINT"],
-            "access_key": stack_env["BERGSTREAM_S3_ACCESS_KEY"],
-            "secret_key": stack_env["BERGSTREAM_S3_SECRET_KEY"],
-            "region": stack_env["BERGSTREAM_S3_REGION"],
-        },
+        s3=s3_settings(stack_env),
     )
     attach_catalog(spark, lake)
     topic = create_topic(2, prefix="s3")

@@ -22,9 +22,7 @@ restarted.
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -38,8 +36,15 @@ from bergstream.core.api import VALUE_ERROR_COLUMN, VALUE_SCHEMA_ID_COLUMN
 from bergstream.devstack.stack.ports import free_ports
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import run_pipeline
-from tests.isk_e2e.helpers import Gateway, attach_isk, duckdb_connection, start_gateway
+from tests.isk_e2e.helpers import (
+    Gateway,
+    attach_isk,
+    attach_spark_catalog,
+    duckdb_connection,
+    start_gateway,
+)
 from tests.pipeline.lake_testkit import Produced, produce
+from tests.pipeline.property_kit import lake_and_codecs_yaml
 from tests.pipeline.typed_kit import FIRST_MS, Forwarder, avro_serializer, coldset, typing_for
 
 pytestmark = pytest.mark.slow
@@ -140,32 +145,6 @@ def _quiet(line: str) -> None:
     pass
 
 
-def _lake_and_codecs_yaml(lake: PipelineLake, registry_url: str, topic: str) -> str:
-    """The ``lake:`` section of ``lake`` and a ``codecs:`` rule typing ``topic`` by the registry
-    at ``registry_url``, subjects read again on every load (JSON is YAML)."""
-    sections = {
-        "lake": {
-            "kafka_bootstrap": lake.config.kafka_bootstrap,
-            "namespace": lake.namespace,
-            "catalog": {
-                "type": lake.catalog_type,
-                "name": lake.catalog_name,
-                "uri": lake.catalog_uri,
-                "warehouse": lake.warehouse,
-            },
-        },
-        "codecs": {
-            "schema_registry": {
-                "url": registry_url,
-                "subject_refresh_seconds": 0,
-                "timeout_seconds": 2,
-            },
-            "topics": [{"match": topic, "value": "registry"}],
-        },
-    }
-    return "".join(f"\n{name}: {json.dumps(body)}\n" for name, body in sections.items())
-
-
 @pytest.fixture(scope="module")
 def stage(
     spark: Any,
@@ -183,15 +162,15 @@ def stage(
     forwarder.start()
     topic = create_topic(PARTS, prefix="typed-evolution")
     workdir = tmp_path_factory.mktemp("typed-evolution")
-    extra = _lake_and_codecs_yaml(lake, f"http://127.0.0.1:{port}{target.path}", topic)
+    # subjects read again on every load, so an outage shows at once
+    registry = {
+        "url": f"http://127.0.0.1:{port}{target.path}",
+        "subject_refresh_seconds": 0,
+        "timeout_seconds": 2,
+    }
+    extra = lake_and_codecs_yaml(lake, registry, topic)
     gateway = start_gateway(kafka_bootstrap, workdir, chunk_records=5, extra=extra)
-    name = f"isk_{uuid.uuid4().hex[:8]}"
-    prefix = f"spark.sql.catalog.{name}"
-    spark.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
-    spark.conf.set(f"{prefix}.type", "rest")
-    spark.conf.set(f"{prefix}.uri", gateway.catalog_url)
-    spark.conf.set(f"{prefix}.io-impl", "org.apache.iceberg.aws.s3.S3FileIO")
-    spark.conf.set(f"{prefix}.cache-enabled", "false")
+    name = attach_spark_catalog(spark, gateway.catalog_url)
     try:
         yield Stage(lake, topic, gateway, forwarder, name, [], {})
     finally:

@@ -35,7 +35,7 @@ from bergstream.pipeline.settings import PipelineLake, pipeline_lake
 from bergstream.pipeline.stream import PipelineError, run_pipeline
 from tests.ksi.avro_kit import KEY_SCHEMA, PAYMENT_V1, canonical, framed, key_bytes, payment
 from tests.ksi.avro_kit import payment_v2 as make_payment_v2
-from tests.pipeline.lake_testkit import Produced, produce, table_rows_spark
+from tests.pipeline.lake_testkit import Produced, produce, s3_settings, table_rows_spark
 from tests.pipeline.typed_kit import (
     FIRST_MS,
     Forwarder,
@@ -413,12 +413,7 @@ def test_workers_write_typed_files_into_an_s3_warehouse(
             "uri": f"sqlite:///{tmp_path}/typed-s3-catalog.db",
             "warehouse": "s3://typed-lake/warehouse",
         },
-        s3={
-            "endpoint": stack_env["BERGSTREAM_S3_ENDPOINT"],
-            "access_key": stack_env["BERGSTREAM_S3_ACCESS_KEY"],
-            "secret_key": stack_env["BERGSTREAM_S3_SECRET_KEY"],
-            "region": stack_env["BERGSTREAM_S3_REGION"],
-        },
+        s3=s3_settings(stack_env),
     )
     attach_catalog(spark, lake)
     topic = create_topic(PARTS, prefix="typed-s3")
