@@ -1,4 +1,5 @@
-"""Registers the ``raw`` and ``avro`` value codecs through the ``bergstream`` entry-point group."""
+"""Registers the ``raw``, ``avro``, ``json-schema`` and ``protobuf`` value codecs through the
+``bergstream`` entry-point group."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from bergstream.core.api import (
     hookimpl,
 )
 from bergstream.plugins.value_codecs.codec import AvroCodec, RawCodec
+from bergstream.plugins.value_codecs.json_codec import JsonSchemaCodec
+from bergstream.plugins.value_codecs.protobuf_codec import ProtobufCodec
 
 
 def create_raw_codec(config: EmptyConfig, context: ServiceContext) -> RawCodec:
@@ -21,9 +24,19 @@ def create_avro_codec(config: EmptyConfig, context: ServiceContext) -> AvroCodec
     return AvroCodec()
 
 
+def create_json_schema_codec(config: EmptyConfig, context: ServiceContext) -> JsonSchemaCodec:
+    """The ``json-schema`` codec (no settings)."""
+    return JsonSchemaCodec()
+
+
+def create_protobuf_codec(config: EmptyConfig, context: ServiceContext) -> ProtobufCodec:
+    """The ``protobuf`` codec (no settings)."""
+    return ProtobufCodec()
+
+
 @hookimpl
 def register_value_codecs() -> list[ValueCodecRegistration]:
-    """Register the ``raw`` and ``avro`` value codecs."""
+    """Register the ``raw``, ``avro``, ``json-schema`` and ``protobuf`` value codecs."""
     return [
         ValueCodecRegistration(
             name="raw",
@@ -37,5 +50,19 @@ def register_value_codecs() -> list[ValueCodecRegistration]:
             config_model=EmptyConfig,
             description="Avro values of a Schema Registry (Confluent framing) as typed columns, "
             "decoded and re-encoded byte for byte by compiled loops",
+        ),
+        ValueCodecRegistration(
+            name="json-schema",
+            factory=create_json_schema_codec,
+            config_model=EmptyConfig,
+            description="JSON values of a Schema Registry JSON Schema (Confluent framing) as "
+            "typed columns; values not in the canonical compact form keep their bytes",
+        ),
+        ValueCodecRegistration(
+            name="protobuf",
+            factory=create_protobuf_codec,
+            config_model=EmptyConfig,
+            description="Protobuf values of a Schema Registry schema (.proto text or a "
+            "serialized descriptor; Confluent framing with message indexes) as typed columns",
         ),
     ]
