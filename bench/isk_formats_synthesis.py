@@ -1,0 +1,286 @@
+"""ISK synthesis of JSON Schema and Protobuf topics vs a raw one and vs the per-record library
+decode, on the same batches, CPU seconds.
+
+Run: ``python bench/isk_formats_synthesis.py [--format json-schema|protobuf] [--records N]``
+(issue 14's goal: typed synthesis >= 150 MB/s per CPU second for each codec; the library's own
+per-record decode is the naive baseline). Without ``--format`` both formats run.
+
+Builds ``--records`` values of a 20-field record (strings, longs, doubles, a timestamp, a
+decimal as a string, a nullable note; about 300 bytes) with Confluent framing into v2 batches:
+
+- **json-schema**: a registry ``JSON`` schema (the timestamp a ``format: date-time`` string,
+  written ``YYYY-MM-DDTHH:MM:SSZ``); each value is the codec's canonical text, the compact
+  ``json.dumps(..., separators=(",", ":"), ensure_ascii=False)`` with keys in schema order;
+- **protobuf**: a registry ``PROTOBUF`` schema in ``.proto`` text (the timestamp a
+  ``google.protobuf.Timestamp``); each value is the message index ``00`` then the message's
+  deterministic serialization (the message class comes from the codec's own schema loader,
+  which compiles the text with grpcio-tools' protoc).
+
+Every row is canonical (checked: the typed table's ``kafka_value`` is all null). Then times (CPU
+time of this process, best of ``--repeat``):
+
+- **raw**: what ISK does for a raw topic: batches -> Arrow rows -> Parquet;
+- **typed**: the same plus decoding into the typed layout (TypedTopic.decode, the format's
+  codec);
+- **decode only**: the typed decode without Parquet;
+- **per record** (a tenth of the values): JSON ``orjson.loads`` (and ``json.loads``) of each
+  payload; Protobuf ``ParseFromString`` then every field read into a Python value (the
+  timestamp as an aware datetime, the note None when unset).
+
+MB/s per CPU second counts the record-batch bytes. Prints one JSON object per format.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import decimal
+import functools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
+
+from bergstream.core.api import (
+    ROW_SCHEMA,
+    RegisteredSchema,
+    SideCodecs,
+    StoredSchemas,
+    TopicCodecs,
+    TypedRows,
+    ValueCodec,
+    build_layout,
+)
+from bergstream.core.records import BatchInfo, Record, build_batch
+from bergstream.plugins.isk_gateway.files.hotset_layout import parquet_layout
+from bergstream.plugins.isk_gateway.files.synthesis import records_to_table
+from bergstream.plugins.isk_gateway.files.typed_topic import TypedTopic, layout_digest
+from bergstream.plugins.value_codecs.json_codec import JsonSchemaCodec
+from bergstream.plugins.value_codecs.protobuf_codec import ProtobufCodec
+from bergstream.plugins.value_codecs.protobuf_schema import (
+    build_pool,
+    load_proto_schema,
+    message_at,
+    root_file,
+)
+
+SCHEMA_ID = 7
+GOAL_MB_PER_CPU_S = 150
+FIRST_AT = 1_763_000_000  # seconds
+
+STRINGS = [f"s{i}" for i in range(6)]
+LONGS = [f"l{i}" for i in range(6)]
+DOUBLES = [f"d{i}" for i in range(5)]
+
+JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "Wide",
+    "type": "object",
+    "properties": {
+        **{name: {"type": "string"} for name in STRINGS},
+        **{name: {"type": "integer"} for name in LONGS},
+        **{name: {"type": "number"} for name in DOUBLES},
+        "at": {"type": "string", "format": "date-time"},
+        "price": {"type": "string"},
+        "note": {"type": ["string", "null"]},
+    },
+    "required": [*STRINGS, *LONGS, *DOUBLES, "at", "price", "note"],
+}
+
+PROTO = "\n".join(
+    [
+        'syntax = "proto3";',
+        "package bergstream.bench;",
+        'import "google/protobuf/timestamp.proto";',
+        "",
+        "message Wide {",
+        *(f"  string {name} = {n};" for n, name in enumerate(STRINGS, 1)),
+        *(f"  int64 {name} = {n};" for n, name in enumerate(LONGS, 7)),
+        *(f"  double {name} = {n};" for n, name in enumerate(DOUBLES, 13)),
+        "  google.protobuf.Timestamp at = 18;",
+        "  string price = 19;",
+        "  optional string note = 20;",
+        "}",
+        "",
+    ]
+)
+
+
+def value(i: int) -> dict[str, Any]:
+    """Record ``i``, as the Avro bench's (``at`` in whole seconds, ``price`` a Decimal)."""
+    out: dict[str, Any] = {
+        name: f"text-{k}-{i % 997:05d}-" + "x" * (20 + (i + k) % 15)
+        for k, name in enumerate(STRINGS)
+    }
+    out.update({name: i * 1_000_003 + k for k, name in enumerate(LONGS)})
+    out.update({name: i / (k + 1.5) for k, name in enumerate(DOUBLES)})
+    out["at"] = FIRST_AT + i
+    out["price"] = decimal.Decimal(i % 100_000) / 100
+    out["note"] = None if i % 3 else f"note {i}"
+    return out
+
+
+def framed(payload: bytes) -> bytes:
+    return b"\x00" + SCHEMA_ID.to_bytes(4, "big") + payload
+
+
+@dataclass
+class Format:
+    """What one format needs: its codec, registered schema, payloads and per-record decode."""
+
+    name: str
+    codec: ValueCodec
+    schema: RegisteredSchema
+    payloads: list[bytes]
+    #: per-record baselines by name: each decodes every payload given (framing included)
+    per_record: dict[str, Callable[[list[bytes]], None]]
+
+
+def json_format(records: int) -> Format:
+    schema = RegisteredSchema(
+        SCHEMA_ID, "JSON", json.dumps(JSON_SCHEMA), subject="w-value", version=1
+    )
+    payloads = []
+    for i in range(records):
+        row = value(i)
+        row["at"] = dt.datetime.fromtimestamp(row["at"], dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        row["price"] = str(row["price"])
+        text = json.dumps(row, separators=(",", ":"), ensure_ascii=False)
+        payloads.append(framed(text.encode()))
+
+    def with_orjson(values: list[bytes]) -> None:
+        loads = orjson.loads
+        for data in values:
+            loads(data[5:])
+
+    def with_json(values: list[bytes]) -> None:
+        loads = json.loads
+        for data in values:
+            loads(data[5:])
+
+    return Format(
+        "json-schema",
+        JsonSchemaCodec(),
+        schema,
+        payloads,
+        {"orjson_loads": with_orjson, "json_loads": with_json},
+    )
+
+
+def protobuf_format(records: int) -> Format:
+    schema = RegisteredSchema(SCHEMA_ID, "PROTOBUF", PROTO, subject="w-value", version=1)
+    descriptor = message_at(root_file(build_pool(load_proto_schema(schema, None))), [0])
+    assert descriptor is not None
+    wide: type[Message] = GetMessageClass(descriptor)
+    payloads = []
+    for i in range(records):
+        row = value(i)
+        at, price, note = row.pop("at"), row.pop("price"), row.pop("note")
+        message: Any = wide(**row, price=str(price))
+        message.at.seconds = at
+        if note is not None:
+            message.note = note
+        payloads.append(framed(b"\x00" + message.SerializeToString(deterministic=True)))
+    names = [*STRINGS, *LONGS, *DOUBLES, "price"]
+    utc = dt.UTC
+
+    def parse(values: list[bytes]) -> None:
+        for data in values:
+            message: Any = wide()
+            message.ParseFromString(data[6:])
+            [getattr(message, name) for name in names]
+            message.at.ToDatetime(tzinfo=utc)
+            message.note if message.HasField("note") else None
+
+    return Format("protobuf", ProtobufCodec(), schema, payloads, {"parse_and_read": parse})
+
+
+FORMATS: dict[str, Callable[[int], Format]] = {
+    "json-schema": json_format,
+    "protobuf": protobuf_format,
+}
+
+
+def measure(fmt: Format, batch_records: int, repeat: int) -> dict[str, Any]:
+    records = len(fmt.payloads)
+    blob = bytearray()
+    for base in range(0, records, batch_records):
+        batch = [
+            Record(offset=o, timestamp=1_763_000_000_000 + o, key=None, value=fmt.payloads[o])
+            for o in range(base, min(base + batch_records, records))
+        ]
+        blob += build_batch(batch, BatchInfo(base_offset=base))
+    data = bytes(blob)
+    megabytes = len(data) / 1e6
+
+    codecs = TopicCodecs("w", SideCodecs({fmt.schema.schema_type: fmt.codec}, "w-value"))
+    source = StoredSchemas().add([fmt.schema])
+    layout = build_layout(ROW_SCHEMA, ROW_SCHEMA.highest_field_id, codecs, source)
+    typed = TypedTopic("w", layout, TypedRows(layout, codecs, source), layout_digest(layout, {}))
+
+    def raw() -> int:
+        return len(parquet_layout(records_to_table(data, 0)))
+
+    def typed_synthesis() -> int:
+        return len(parquet_layout(typed.decode(records_to_table(data, 0))))
+
+    def decode_only() -> None:
+        typed.rows.decode(records_to_table(data, 0))
+
+    def cpu(function: Callable[[], object]) -> float:
+        times = []
+        for _ in range(repeat):
+            start = time.process_time()
+            function()
+            times.append(time.process_time() - start)
+        return min(times)
+
+    typed_synthesis()  # compile the codec's schema first
+    typed_table = typed.decode(records_to_table(data, 0))
+    assert typed_table.column("kafka_value").null_count == records, "all canonical"
+    raw_s, typed_s, decode_s = cpu(raw), cpu(typed_synthesis), cpu(decode_only)
+    typed_mb_s = megabytes / typed_s
+
+    tenth = fmt.payloads[: max(1, records // 10)]
+    tenth_mb = sum(map(len, tenth)) / 1e6
+    result: dict[str, Any] = {
+        "format": fmt.name,
+        "records": records,
+        "avg_value_bytes": round(sum(map(len, fmt.payloads)) / records, 1),
+        "input_mb": round(megabytes, 1),
+        "raw_synthesis_mb_per_cpu_s": round(megabytes / raw_s, 1),
+        "typed_synthesis_mb_per_cpu_s": round(typed_mb_s, 1),
+        "typed_decode_only_mb_per_cpu_s": round(megabytes / decode_s, 1),
+        "typed_vs_raw": round(raw_s / typed_s, 3),
+        "typed_parquet_bytes": typed_synthesis(),
+        "raw_parquet_bytes": raw(),
+    }
+    for name, decode in fmt.per_record.items():
+        loop_s = cpu(functools.partial(decode, tenth))
+        result[f"{name}_per_record_records_per_cpu_s"] = round(len(tenth) / loop_s)
+        result[f"{name}_per_record_mb_per_cpu_s"] = round(tenth_mb / loop_s, 1)
+        result[f"typed_vs_{name}_per_record"] = round(typed_mb_s / (tenth_mb / loop_s), 1)
+    result["goal_mb_per_cpu_s"] = GOAL_MB_PER_CPU_S
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--format", choices=sorted(FORMATS), help="one format (default: both)")
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--batch-records", type=int, default=500)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    for name in [args.format] if args.format else list(FORMATS):
+        fmt = FORMATS[name](args.records)
+        print(json.dumps(measure(fmt, args.batch_records, args.repeat)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
