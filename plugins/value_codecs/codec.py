@@ -13,10 +13,7 @@ layout makes that call for every schema it accepts).
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +23,6 @@ from bergstream.core.api import (
     DecodedValues,
     RegisteredSchema,
     SchemaNotExpressible,
-    SchemaReference,
     arrow_type,
 )
 from bergstream.plugins.value_codecs.avro_decoder import AvroDecoder, payload_buffers
@@ -34,14 +30,9 @@ from bergstream.plugins.value_codecs.avro_encoder import AvroEncoder
 from bergstream.plugins.value_codecs.avro_program import compile_program
 from bergstream.plugins.value_codecs.avro_schema import AvroNode, parse_avro
 from bergstream.plugins.value_codecs.avro_types import iceberg_type
+from bergstream.plugins.value_codecs.schema_cache import Resolve, SchemaCache
 
 __all__ = ["AvroCodec", "RawCodec"]
-
-Resolve = Callable[[SchemaReference], RegisteredSchema]
-_Key = tuple[str, tuple[SchemaReference, ...]]
-
-#: Schemas a codec keeps compiled (a topic has a handful of versions).
-MAX_SCHEMAS = 512
 
 
 @dataclass(frozen=True)
@@ -51,29 +42,37 @@ class _Compiled:
     encoder: AvroEncoder
 
 
+def _build(node: AvroNode) -> _Compiled:
+    """The compiled form of a parsed Avro schema."""
+    type_ = iceberg_type(node)
+    program = compile_program(node)
+    arrow = arrow_type(type_)
+    return _Compiled(type_, AvroDecoder(program, arrow), AvroEncoder(program, arrow))
+
+
 class AvroCodec:
     """Avro values written with a registered schema (Confluent framing stripped)."""
 
     schema_types: tuple[str, ...] = ("AVRO",)
 
     def __init__(self) -> None:
-        self._nodes: dict[_Key, AvroNode] = {}
-        self._compiled: dict[_Key, _Compiled] = {}
-        self._lock = threading.Lock()
+        self._schemas: SchemaCache[AvroNode, _Compiled] = SchemaCache(
+            "AVRO", "Avro", parse_avro, _build
+        )
 
     def iceberg_type(self, schema: RegisteredSchema, resolve: Resolve) -> IcebergType:
         """The Iceberg type of values written with ``schema`` (placeholder field ids); raises
         :class:`SchemaNotExpressible`."""
-        return self._compile(schema, resolve).type
+        return self._schemas.get(schema, resolve).type
 
     def arrow_type(self, schema: RegisteredSchema) -> pa.DataType:
         """The Arrow type :meth:`decode` gives for ``schema``."""
-        return self._compile(schema, None).decoder.arrow_type
+        return self._schemas.get(schema, None).decoder.arrow_type
 
     def decode(self, schema: RegisteredSchema, payloads: pa.Array) -> DecodedValues:
         """Decode ``payloads`` (``large_binary``, no nulls); a bad payload gives a null row,
         ``keep_bytes`` and its cause, never an exception."""
-        return self._compile(schema, None).decoder.decode(payloads)
+        return self._schemas.get(schema, None).decoder.decode(payloads)
 
     def decode_framed(
         self, schema: RegisteredSchema, values: pa.Array, header: int
@@ -81,41 +80,12 @@ class AvroCodec:
         """:meth:`decode` of the payloads of ``values`` (``large_binary``, no nulls), each one
         after a ``header`` of that many bytes which every value has (the Confluent framing a
         caller checked): no copy of the payloads without their headers is made."""
-        return self._compile(schema, None).decoder.decode(values, skip=header)
+        return self._schemas.get(schema, None).decoder.decode(values, skip=header)
 
     def encode(self, schema: RegisteredSchema, values: pa.Array) -> pa.Array:
         """The canonical payloads of ``values`` (the type :meth:`decode` gives; no null rows
         unless the schema is a union with null)."""
-        return self._compile(schema, None).encoder.encode(values)
-
-    def _compile(self, schema: RegisteredSchema, resolve: Resolve | None) -> _Compiled:
-        key = (schema.schema, schema.references)
-        compiled = self._compiled.get(key)
-        if compiled is not None:
-            return compiled
-        if schema.schema_type.upper() != "AVRO":
-            raise SchemaNotExpressible(f"a {schema.schema_type} schema is not Avro")
-        node = self._nodes.get(key)
-        if node is None:
-            node = parse_avro(schema, resolve)
-        type_ = iceberg_type(node)
-        program = compile_program(node)
-        arrow = arrow_type(type_)
-        compiled = _Compiled(type_, AvroDecoder(program, arrow), AvroEncoder(program, arrow))
-        with self._lock:
-            if len(self._compiled) >= MAX_SCHEMAS:
-                self._compiled.clear()  # parsed schemas stay: they hold resolved references
-            self._nodes[key] = node
-            self._compiled[key] = compiled
-        return compiled
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_nodes": dict(self._nodes)}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._nodes = state["_nodes"]
-        self._compiled = {}
-        self._lock = threading.Lock()
+        return self._schemas.get(schema, None).encoder.encode(values)
 
 
 class RawCodec:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,8 +43,6 @@ from pyiceberg.types import IcebergType
 from bergstream.core.api import (
     DecodedValues,
     RegisteredSchema,
-    SchemaNotExpressible,
-    SchemaReference,
     arrow_type,
 )
 from bergstream.plugins.value_codecs.json_schema_types import (
@@ -53,18 +50,15 @@ from bergstream.plugins.value_codecs.json_schema_types import (
     iceberg_type,
     parse_json_schema,
 )
+from bergstream.plugins.value_codecs.schema_cache import Resolve, SchemaCache
 
 __all__ = ["JsonSchemaCodec"]
 
-Resolve = Callable[[SchemaReference], RegisteredSchema]
-_Key = tuple[str, tuple[SchemaReference, ...]]
 # A converter turns a parsed JSON value into its column value; it clears state[0] when the
 # orjson shortcut cannot prove the row canonical; state[1] says orjson parsed the row.
 _Convert = Callable[[Any, list[bool]], Any]
 _Write = Callable[[Any], str]
 
-#: Schemas a codec keeps compiled.
-MAX_SCHEMAS = 512
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _UTC = dt.UTC
 _DATE_TIME = re.compile(
@@ -561,66 +555,45 @@ def _parse_error(error: json.JSONDecodeError) -> str:
     return f"corrupt payload: {error.msg} at char {error.pos}"
 
 
+def _build(node: JsonNode) -> _Compiled:
+    """The compiled form of a parsed JSON Schema."""
+    type_ = iceberg_type(node)
+    arrow = arrow_type(type_)
+    return _Compiled(type_, arrow, _storage_type(arrow), _converter(node), _writer(node))
+
+
 class JsonSchemaCodec:
     """JSON values written with a registered JSON Schema (Confluent framing stripped)."""
 
     schema_types: tuple[str, ...] = ("JSON",)
 
     def __init__(self) -> None:
-        self._nodes: dict[_Key, JsonNode] = {}
-        self._compiled: dict[_Key, _Compiled] = {}
-        self._lock = threading.Lock()
+        self._schemas: SchemaCache[JsonNode, _Compiled] = SchemaCache(
+            "JSON", "a JSON Schema", parse_json_schema, _build
+        )
 
     def iceberg_type(self, schema: RegisteredSchema, resolve: Resolve) -> IcebergType:
         """The Iceberg type of values written with ``schema`` (placeholder field ids); raises
         :class:`SchemaNotExpressible`."""
-        return self._compile(schema, resolve).type
+        return self._schemas.get(schema, resolve).type
 
     def arrow_type(self, schema: RegisteredSchema) -> pa.DataType:
         """The Arrow type :meth:`decode` gives for ``schema``."""
-        return self._compile(schema, None).arrow
+        return self._schemas.get(schema, None).arrow
 
     def decode(self, schema: RegisteredSchema, payloads: pa.Array) -> DecodedValues:
         """Decode ``payloads`` (``large_binary``, no nulls); a bad payload gives a null row,
         ``keep_bytes`` and its cause, never an exception."""
-        return self._compile(schema, None).decode(payloads)
+        return self._schemas.get(schema, None).decode(payloads)
 
     def decode_framed(
         self, schema: RegisteredSchema, values: pa.Array, header: int
     ) -> DecodedValues:
         """:meth:`decode` of the payloads of ``values``, each one after a ``header`` of that
         many bytes which every value has (the Confluent framing a caller checked)."""
-        return self._compile(schema, None).decode(values, skip=header)
+        return self._schemas.get(schema, None).decode(values, skip=header)
 
     def encode(self, schema: RegisteredSchema, values: pa.Array) -> pa.Array:
         """The canonical payloads (``large_binary``) of ``values`` (the type :meth:`decode`
         gives, no null rows)."""
-        return self._compile(schema, None).encode(values)
-
-    def _compile(self, schema: RegisteredSchema, resolve: Resolve | None) -> _Compiled:
-        key = (schema.schema, schema.references)
-        compiled = self._compiled.get(key)
-        if compiled is not None:
-            return compiled
-        if schema.schema_type.upper() != "JSON":
-            raise SchemaNotExpressible(f"a {schema.schema_type} schema is not a JSON Schema")
-        node = self._nodes.get(key)
-        if node is None:
-            node = parse_json_schema(schema, resolve)
-        type_ = iceberg_type(node)
-        arrow = arrow_type(type_)
-        compiled = _Compiled(type_, arrow, _storage_type(arrow), _converter(node), _writer(node))
-        with self._lock:
-            if len(self._compiled) >= MAX_SCHEMAS:
-                self._compiled.clear()  # parsed schemas stay: they hold resolved references
-            self._nodes[key] = node
-            self._compiled[key] = compiled
-        return compiled
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_nodes": dict(self._nodes)}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._nodes = state["_nodes"]
-        self._compiled = {}
-        self._lock = threading.Lock()
+        return self._schemas.get(schema, None).encode(values)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import operator
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +51,6 @@ from bergstream.core.api import (
     DecodedValues,
     RegisteredSchema,
     SchemaNotExpressible,
-    SchemaReference,
     arrow_type,
 )
 from bergstream.plugins.value_codecs.avro_decoder import payload_buffers
@@ -70,14 +68,10 @@ from bergstream.plugins.value_codecs.protobuf_types import (
     is_optional,
     message_kind,
 )
+from bergstream.plugins.value_codecs.schema_cache import Resolve, SchemaCache
 
 __all__ = ["ProtobufCodec", "read_indexes"]
 
-Resolve = Callable[[SchemaReference], RegisteredSchema]
-_Key = tuple[str, tuple[SchemaReference, ...]]
-
-#: Schemas a codec keeps compiled.
-MAX_SCHEMAS = 512
 
 F = FieldDescriptor
 _MICROS = 1_000_000
@@ -525,6 +519,29 @@ class _Compiled:
     fill: Callable[[Message, dict[str, Any]], None]
 
 
+def _build(proto: ProtoSchema) -> _Compiled:
+    """The compiled form of a loaded Protobuf schema: its first message's type, class,
+    reader and writer."""
+    pool = build_pool(proto)
+    file = root_file(pool)
+    messages = list(file.message_types_by_name.values())
+    if not messages:
+        raise SchemaNotExpressible("the Protobuf schema declares no message")
+    descriptor = messages[0]
+    type_ = iceberg_type(descriptor)
+    arrow = arrow_type(type_)
+    return _Compiled(
+        type=type_,
+        arrow=arrow,
+        plain=_plain_type(arrow),
+        file=file,
+        descriptor=descriptor,
+        message=GetMessageClass(descriptor),
+        reader=_struct_reader(descriptor, arrow, ""),
+        fill=_struct_writer(descriptor),
+    )
+
+
 class ProtobufCodec:
     """Protobuf values written with a registered schema (Confluent framing stripped, the
     message-index list not): the schema's first message as typed columns."""
@@ -532,35 +549,35 @@ class ProtobufCodec:
     schema_types: tuple[str, ...] = ("PROTOBUF",)
 
     def __init__(self) -> None:
-        self._schemas: dict[_Key, ProtoSchema] = {}
-        self._compiled: dict[_Key, _Compiled] = {}
-        self._lock = threading.Lock()
+        self._schemas: SchemaCache[ProtoSchema, _Compiled] = SchemaCache(
+            "PROTOBUF", "Protobuf", load_proto_schema, _build
+        )
 
     def iceberg_type(self, schema: RegisteredSchema, resolve: Resolve) -> IcebergType:
         """The Iceberg type of the schema's first message (placeholder field ids); raises
         :class:`SchemaNotExpressible`."""
-        return self._compile(schema, resolve).type
+        return self._schemas.get(schema, resolve).type
 
     def arrow_type(self, schema: RegisteredSchema) -> pa.DataType:
         """The Arrow type :meth:`decode` gives for ``schema``."""
-        return self._compile(schema, None).arrow
+        return self._schemas.get(schema, None).arrow
 
     def decode(self, schema: RegisteredSchema, payloads: pa.Array) -> DecodedValues:
         """Decode ``payloads`` (``large_binary``, no nulls); a bad payload gives a null row,
         ``keep_bytes`` and its cause, never an exception."""
-        return self._decode(self._compile(schema, None), payloads, 0)
+        return self._decode(self._schemas.get(schema, None), payloads, 0)
 
     def decode_framed(
         self, schema: RegisteredSchema, values: pa.Array, header: int
     ) -> DecodedValues:
         """:meth:`decode` of the payloads of ``values``, each after a ``header`` of that many
         bytes (the Confluent framing a caller checked), without copying them."""
-        return self._decode(self._compile(schema, None), values, header)
+        return self._decode(self._schemas.get(schema, None), values, header)
 
     def encode(self, schema: RegisteredSchema, values: pa.Array) -> pa.Array:
         """The canonical payloads of ``values`` (the type :meth:`decode` gives, no null rows):
         ``00`` then the message serialized deterministically."""
-        compiled = self._compile(schema, None)
+        compiled = self._schemas.get(schema, None)
         if isinstance(values, pa.ChunkedArray):
             values = values.combine_chunks()
         if values.null_count:
@@ -650,46 +667,3 @@ class ProtobufCodec:
             f"message indexes {indexes} name {what}; only the schema's first message "
             f"({compiled.descriptor.full_name}) is decoded"
         )
-
-    def _compile(self, schema: RegisteredSchema, resolve: Resolve | None) -> _Compiled:
-        key = (schema.schema, schema.references)
-        compiled = self._compiled.get(key)
-        if compiled is not None:
-            return compiled
-        if schema.schema_type.upper() != "PROTOBUF":
-            raise SchemaNotExpressible(f"a {schema.schema_type} schema is not Protobuf")
-        proto = self._schemas.get(key)
-        if proto is None:
-            proto = load_proto_schema(schema, resolve)
-        pool = build_pool(proto)
-        file = root_file(pool)
-        messages = list(file.message_types_by_name.values())
-        if not messages:
-            raise SchemaNotExpressible("the Protobuf schema declares no message")
-        descriptor = messages[0]
-        type_ = iceberg_type(descriptor)
-        arrow = arrow_type(type_)
-        compiled = _Compiled(
-            type=type_,
-            arrow=arrow,
-            plain=_plain_type(arrow),
-            file=file,
-            descriptor=descriptor,
-            message=GetMessageClass(descriptor),
-            reader=_struct_reader(descriptor, arrow, ""),
-            fill=_struct_writer(descriptor),
-        )
-        with self._lock:
-            if len(self._compiled) >= MAX_SCHEMAS:
-                self._compiled.clear()  # loaded schemas stay: they hold resolved references
-            self._schemas[key] = proto
-            self._compiled[key] = compiled
-        return compiled
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_schemas": dict(self._schemas)}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._schemas = state["_schemas"]
-        self._compiled = {}
-        self._lock = threading.Lock()

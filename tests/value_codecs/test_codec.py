@@ -153,7 +153,7 @@ def test_pickled_codec_decodes_with_resolved_references() -> None:
     codec = AvroCodec()
     codec.iceberg_type(schema, lambda ref: registry[(ref.subject, ref.version)])
     clone = pickle.loads(pickle.dumps(codec))
-    assert clone._compiled == {}  # compiled programs are not shipped
+    assert clone._schemas._compiled == {}  # compiled programs are not shipped
     payloads = pa.array([b"\x02\x02", b"\x04\x00"], pa.large_binary())
     decoded = clone.decode(schema, payloads)
     assert decoded.values.to_pylist() == [{"amount": 1, "c": "USD"}, {"amount": 2, "c": "EUR"}]

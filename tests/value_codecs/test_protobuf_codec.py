@@ -67,7 +67,7 @@ message Other { int32 z = 1; message Deep { int32 y = 1; } }
 
 
 def _class(schema: RegisteredSchema) -> type[Message]:
-    return CODEC._compile(schema, None).message
+    return CODEC._schemas.get(schema, None).message
 
 
 def _binary(payloads: list[bytes]) -> pa.Array:
@@ -201,7 +201,7 @@ def _as_base64(text: str, name: str, deps: dict[str, str] | None = None) -> str:
     refs = tuple(SchemaReference(dep, dep, 1) for dep in deps or {})
     texts = {dep: RegisteredSchema(0, "PROTOBUF", t) for dep, t in (deps or {}).items()}
     schema = RegisteredSchema(0, "PROTOBUF", text, refs)
-    pool_file = codec._compile(schema, lambda ref: texts[ref.name]).file
+    pool_file = codec._schemas.get(schema, lambda ref: texts[ref.name]).file
     fdp = descriptor_pb2.FileDescriptorProto()
     pool_file.CopyToProto(fdp)
     fdp.name = name
@@ -230,7 +230,7 @@ def test_references_in_either_form(root_form: str, common_form: str, wkt_referen
     type_ = codec.iceberg_type(schema, resolve)
     assert [f.name for f in type_.fields] == ["c", "n"]  # type: ignore[attr-defined]
     assert fetched == ["common.proto"]
-    root_class = codec._compile(schema, None).message
+    root_class = codec._schemas.get(schema, None).message
     message = root_class(n=3)
     message.c.k = "x"
     message.c.at.seconds = 5
