@@ -32,20 +32,23 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from bergstream.core.api import VALUE_ERROR_COLUMN, VALUE_SCHEMA_ID_COLUMN
+from bergstream.core.api import VALUE_SCHEMA_ID_COLUMN
 from bergstream.devstack.stack.ports import free_ports
 from bergstream.pipeline.settings import PipelineLake
-from bergstream.pipeline.stream import run_pipeline
 from tests.isk_e2e.helpers import (
     Gateway,
-    attach_isk,
     attach_spark_catalog,
-    duckdb_connection,
     start_gateway,
+)
+from tests.pipeline.evolution_kit import (
+    as_row,
+    by_first,
+    check_merged_everywhere,
+    copy_all,
 )
 from tests.pipeline.lake_testkit import Produced, produce
 from tests.pipeline.property_kit import lake_and_codecs_yaml
-from tests.pipeline.typed_kit import FIRST_MS, Forwarder, avro_serializer, coldset, typing_for
+from tests.pipeline.typed_kit import FIRST_MS, Forwarder, avro_serializer, coldset
 
 pytestmark = pytest.mark.slow
 
@@ -106,11 +109,6 @@ def order(i: int, version: int) -> dict[str, Any]:
     return value
 
 
-def as_row(value: dict[str, Any], columns: tuple[str, ...]) -> tuple[Any, ...]:
-    """A value as ``columns`` (null where its version has no such field)."""
-    return tuple(value.get(name) for name in columns)
-
-
 @dataclass
 class Stage:
     lake: PipelineLake
@@ -134,15 +132,7 @@ class Stage:
 
     def expected(self, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
         """Every produced value as a row of ``columns``, by id."""
-        return sorted((as_row(value, columns) for _, value in self.produced), key=_by_id)
-
-
-def _by_id(row: tuple[Any, ...]) -> Any:
-    return row[0]
-
-
-def _quiet(line: str) -> None:
-    pass
+        return sorted((as_row(value, columns) for _, value in self.produced), key=by_first)
 
 
 @pytest.fixture(scope="module")
@@ -179,46 +169,15 @@ def stage(
         assert code == 0, f"bergstream run exited with {code}:\n{gateway.process.log()}"
 
 
-def _copy(spark: Any, stage: Stage, registry_url: str, home: Path) -> None:
-    """One pipeline run copying everything Kafka has into the coldset."""
-    typing = typing_for(home, registry_url, stage.topic)
-    run_pipeline(spark, stage.lake, stage.topic, once=True, report=_quiet, codecs=typing)
-
-
-def _by_pyiceberg(stage: Stage, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
-    table = stage.gateway.catalog().load_table(f"merged.{stage.topic}")
-    rows = table.scan().to_arrow().to_pylist()
-    assert all(r[VALUE_ERROR_COLUMN] is None and r["kafka_value"] is None for r in rows)
-    return sorted((tuple(r[c] for c in columns) for r in rows), key=_by_id)
-
-
-def _by_spark(spark: Any, stage: Stage, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
-    table = f"{stage.spark_catalog}.merged.`{stage.topic}`"
-    rows = spark.sql(f"SELECT {', '.join(columns)} FROM {table}").collect()
-    return sorted((tuple(row) for row in rows), key=_by_id)
-
-
-def _by_duckdb(stage: Stage, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
-    connection = duckdb_connection()
-    try:
-        attach_isk(connection, stage.gateway.catalog_url)
-        rows = connection.execute(
-            f'SELECT {", ".join(columns)} FROM isk.merged."{stage.topic}"'
-        ).fetchall()
-    finally:
-        connection.close()
-    return sorted((tuple(row) for row in rows), key=_by_id)
-
-
 def _check_merged(spark: Any, stage: Stage, versions: int) -> None:
     """All three engines read every produced value once, as the newest schema's columns (of
     ``versions`` versions: v3's ``channel`` only from three on)."""
     assert len({version for version, _ in stage.produced}) == versions
     columns = COLUMNS if versions == 3 else tuple(c for c in COLUMNS if c != "channel")
     expected = stage.expected(columns)
-    assert _by_pyiceberg(stage, columns) == expected
-    assert _by_spark(spark, stage, columns) == expected
-    assert _by_duckdb(stage, columns) == expected
+    check_merged_everywhere(
+        spark, stage.gateway, stage.spark_catalog, stage.topic, columns, expected
+    )
 
 
 def test_merged_reads_two_then_three_versions_with_every_engine(
@@ -226,7 +185,7 @@ def test_merged_reads_two_then_three_versions_with_every_engine(
 ) -> None:
     registry_url = stack_env["BERGSTREAM_SCHEMA_REGISTRY_URL"]
     stage.produce(1, range(PER_VERSION), kafka_bootstrap, registry_url)
-    _copy(spark, stage, registry_url, tmp_path)
+    copy_all(spark, stage.lake, stage.topic, registry_url, tmp_path)
     cold_v1 = coldset(stage.lake, stage.topic).schema()
     assert str(cold_v1.find_field("id").field_type) == "int"
 
@@ -238,7 +197,7 @@ def test_merged_reads_two_then_three_versions_with_every_engine(
     assert merged.find_field("country").field_id > cold_v1.highest_field_id
 
     # three versions: v1 and v2 in the coldset (files of the older types), v3 only in Kafka
-    _copy(spark, stage, registry_url, tmp_path)
+    copy_all(spark, stage.lake, stage.topic, registry_url, tmp_path)
     cold_v2 = coldset(stage.lake, stage.topic).schema()
     assert str(cold_v2.find_field("amount").field_type) == "float"
     stage.produce(3, range(2 * PER_VERSION, 3 * PER_VERSION), kafka_bootstrap, registry_url)
