@@ -30,7 +30,7 @@ import datetime as dt
 import json
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
@@ -45,6 +45,7 @@ from bergstream.core.api import (
     RegisteredSchema,
     arrow_type,
 )
+from bergstream.plugins.value_codecs.json_program import JsonDecoder, compile_json
 from bergstream.plugins.value_codecs.json_schema_types import (
     JsonNode,
     iceberg_type,
@@ -468,17 +469,52 @@ class _Compiled:
     storage: pa.DataType
     convert: _Convert
     write: _Write
+    fast: JsonDecoder | None  # the compiled reader of canonical rows (None: JSON-text columns)
 
     def decode(self, values: pa.Array, skip: int = 0) -> DecodedValues:
+        """Canonical rows through the compiled reader, the others through
+        :meth:`decode_python`, which gives the same for any row."""
+        if self.fast is None:
+            return self.decode_python(values, skip)
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        fast, fallback = self.fast.decode(values, skip)
+        rows = len(fallback)
+        keep = np.zeros(rows, dtype=bool)
+        errors: list[str | None] = [None] * rows
+        slow_rows = np.flatnonzero(fallback)
+        if slow_rows.size == 0:
+            return DecodedValues(values=fast, keep_bytes=keep, errors=errors)
         data, offsets = _payloads(values, skip)
-        rows = len(offsets) - 1
+        out, slow_keep, slow_errors = self._decode_rows(data, offsets, skip, slow_rows.tolist())
+        slow = self._build(out, slow_errors, slow_keep)
+        keep[slow_rows] = slow_keep
+        for index, row in enumerate(slow_rows.tolist()):
+            errors[row] = slow_errors[index]
+        # Every row from the array that has it: fast rows first, then the slow ones.
+        order = np.arange(rows, dtype=np.int64)
+        order[slow_rows] = rows + np.arange(slow_rows.size, dtype=np.int64)
+        merged = pa.concat_arrays([fast, slow]).take(pa.array(order))
+        return DecodedValues(values=merged, keep_bytes=keep, errors=errors)
+
+    def decode_python(self, values: pa.Array, skip: int = 0) -> DecodedValues:
+        """Every row decoded by parsing it in Python (the reference for :meth:`decode`)."""
+        data, offsets = _payloads(values, skip)
+        out, keep, errors = self._decode_rows(data, offsets, skip, range(len(offsets) - 1))
+        return DecodedValues(values=self._build(out, errors, keep), keep_bytes=keep, errors=errors)
+
+    def _decode_rows(
+        self, data: memoryview, offsets: np.ndarray, skip: int, which: Sequence[int]
+    ) -> tuple[list[Any], np.ndarray, list[str | None]]:
+        """Values, keep flags and errors of the rows ``which`` (in that order)."""
+        rows = len(which)
         out: list[Any] = [None] * rows
         keep = np.ones(rows, dtype=bool)
         errors: list[str | None] = [None] * rows
         convert, write = self.convert, self.write
         bounds = offsets.tolist()
-        for i in range(rows):
-            payload = data[bounds[i] + skip : bounds[i + 1]]
+        for i, row in enumerate(which):
+            payload = data[bounds[row] + skip : bounds[row + 1]]
             exact = True
             try:
                 parsed = orjson.loads(payload)
@@ -520,7 +556,7 @@ class _Compiled:
                     errors[i] = "corrupt payload: a string holds a lone surrogate escape"
                     continue
             out[i] = value
-        return DecodedValues(values=self._build(out, errors, keep), keep_bytes=keep, errors=errors)
+        return out, keep, errors
 
     def _build(self, out: list[Any], errors: list[str | None], keep: np.ndarray) -> pa.Array:
         try:
@@ -559,7 +595,9 @@ def _build(node: JsonNode) -> _Compiled:
     """The compiled form of a parsed JSON Schema."""
     type_ = iceberg_type(node)
     arrow = arrow_type(type_)
-    return _Compiled(type_, arrow, _storage_type(arrow), _converter(node), _writer(node))
+    program = compile_json(node)
+    fast = JsonDecoder(program, arrow) if program is not None else None
+    return _Compiled(type_, arrow, _storage_type(arrow), _converter(node), _writer(node), fast)
 
 
 class JsonSchemaCodec:

@@ -1,0 +1,287 @@
+"""Property: generated JSON Schemas and values go Kafka → pipeline → Iceberg and back, on the
+real stack (Kafka, the Apicurio registry) and one Spark session.
+
+Hypothesis draws ``BERGSTREAM_PROPERTY_EXAMPLES`` (60 by default, at least 50) examples, each a
+schema of :func:`tests.value_codecs.json_gen.object_schemas` (every type the codec maps, JSON
+text for the rest, nullable and required properties, local ``$ref``s) with its own values. Each
+example is one property ``p<i>`` of one wrapping object schema (its definitions moved to the
+wrapper's ``$defs``), so one topic, one subject and one pipeline run carry them all. Record
+``r`` holds value ``r`` of every example: the first ones produced with confluent-kafka's
+``JSONSerializer``, the next ones written with the liberties JSON allows (spacing, key order,
+escapes, number and date-time spellings, duplicate and unknown properties), then undecodable
+ones. The draw is seeded by ``BERGSTREAM_PROPERTY_SEED`` (fixed by default, ``random`` for a
+new draw; failures print it).
+
+Then: every column PyIceberg reads equals what the JSON values mean (an oracle independent of
+the codec: :func:`tests.value_codecs.json_gen.expected`) and what core's decoder makes of the
+records; Spark reads the same; a row keeps its bytes exactly when they are not the canonical
+text, and undecodable ones keep theirs with a cause; ISK's hotset files hold the coldset's
+rows; after DeleteRecords of everything, KSI serves every record byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+
+from bergstream.core.api import VALUE_ERROR_COLUMN, RegisteredSchema
+from bergstream.pipeline.settings import PipelineLake
+from bergstream.pipeline.stream import run_pipeline
+from bergstream.plugins.value_codecs.json_schema_types import JsonNode, parse_json_schema
+from tests.ksi.stack_kit import start_ksi_proxy
+from tests.pipeline.lake_testkit import Produced, consume_all, produce
+from tests.pipeline.property_kit import (
+    coldset_file_rows,
+    delete_everything,
+    hotset_rows,
+    ksi_config,
+    read_all,
+)
+from tests.pipeline.typed_kit import FIRST_MS, coldset, decoder_of, sorted_rows, truth_table
+from tests.pipeline.typed_kit import typing_for as make_typing
+from tests.value_codecs.json_gen import LiberalWriter, expected, object_schemas, values_of
+
+pytestmark = pytest.mark.slow
+
+PARTS = 2
+EXAMPLES = max(50, int(os.environ.get("BERGSTREAM_PROPERTY_EXAMPLES", "60")))
+_SEED_SETTING = os.environ.get("BERGSTREAM_PROPERTY_SEED") or "20261124"
+SEED = random.randrange(2**32) if _SEED_SETTING == "random" else int(_SEED_SETTING)
+CANONICAL = 3  # values per example produced by JSONSerializer
+LIBERAL = 2  # values per example written liberally
+_REF = re.compile(r"^#/(definitions|\$defs)/(.+)$")
+
+
+@dataclass
+class Example:
+    field: str
+    schema: dict[str, Any]  # with its $refs pointing into the wrapper's $defs
+    defs: dict[str, Any]  # its definitions, renamed for the wrapper
+    values: list[Any]  # CANONICAL + LIBERAL values
+    liberal: list[str]  # the LIBERAL values' texts
+
+
+def _hoisted(schema: Any, prefix: str) -> Any:
+    """``schema`` with local ``$ref``s renamed to ``#/$defs/<prefix><name>``."""
+    if isinstance(schema, list):
+        return [_hoisted(item, prefix) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        found = _REF.match(value) if key == "$ref" and isinstance(value, str) else None
+        out[key] = f"#/$defs/{prefix}{found.group(2)}" if found else _hoisted(value, prefix)
+    return out
+
+
+def _node(schema: dict[str, Any]) -> JsonNode:
+    return parse_json_schema(RegisteredSchema(0, "JSON", json.dumps(schema)), None)
+
+
+def draw_examples(count: int, seed: int) -> list[Example]:
+    """``count`` examples drawn by hypothesis (generation only; the checks run later)."""
+    drawn: list[Example] = []
+
+    @hypothesis_seed(seed)
+    @settings(
+        max_examples=count,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.data())
+    def collect(data: st.DataObject) -> None:
+        schema = data.draw(object_schemas(), label="schema")
+        node = _node(schema)
+        total = CANONICAL + LIBERAL
+        values = data.draw(st.lists(values_of(node), min_size=total, max_size=total))
+        liberal = [LiberalWriter(data.draw).write(node, v) for v in values[CANONICAL:]]
+        index = len(drawn)
+        prefix = f"e{index}_"
+        defs = {
+            prefix + name: _hoisted(body, prefix)
+            for keyword in ("definitions", "$defs")
+            for name, body in schema.get(keyword, {}).items()
+        }
+        body = {k: v for k, v in schema.items() if k not in ("definitions", "$defs", "$schema")}
+        drawn.append(Example(f"p{index}", _hoisted(body, prefix), defs, values, liberal))
+
+    collect()
+    return drawn
+
+
+def wrapper_schema(examples: list[Example]) -> dict[str, Any]:
+    """The topic's value schema: one required property per example."""
+    defs: dict[str, Any] = {}
+    for example in examples:
+        defs.update(example.defs)
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {e.field: e.schema for e in examples},
+        "required": [e.field for e in examples],
+        "$defs": defs,
+    }
+
+
+@dataclass
+class Planned:
+    number: int
+    kind: str  # canonical, liberal, undecodable
+    value: bytes
+    meaning: dict[str, Any] | None  # the JSON value (None: does not decode)
+
+
+def plan_records(examples: list[Example], registry_url: str, topic: str) -> list[Planned]:
+    """The records: JSONSerializer's, liberal texts, then undecodable ones."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": registry_url})
+    # the generator's enum values are any strings (the codec reads enums as strings), which
+    # the serializer's own validation would refuse
+    serializer = JSONSerializer(
+        json.dumps(wrapper_schema(examples)), client, conf={"validate": False}
+    )
+    context = SerializationContext(topic, MessageField.VALUE)
+    planned: list[Planned] = []
+    for r in range(CANONICAL):
+        meaning = {e.field: e.values[r] for e in examples}
+        data = bytes(serializer(meaning, context) or b"")
+        planned.append(Planned(len(planned), "canonical", data, meaning))
+    header = planned[0].value[:5]
+    for k in range(LIBERAL):
+        text = "{" + ",".join(f"{json.dumps(e.field)}:{e.liberal[k]}" for e in examples) + "}"
+        meaning = {e.field: e.values[CANONICAL + k] for e in examples}
+        planned.append(Planned(len(planned), "liberal", header + text.encode(), meaning))
+    first = planned[0].value
+    for odd in (b"not framed", header + b'{"p0":', first + b" x", b"\x00\x00\x0f\x42\x3f{}"):
+        planned.append(Planned(len(planned), "undecodable", odd, None))
+    return planned
+
+
+def _as_pyiceberg(node: JsonNode, value: Any) -> Any:
+    """A column value as PyIceberg 0.12 reads it back: a null list of structs as ``[]`` and a
+    null map with struct values as ``[]`` (its Arrow projection drops their validity,
+    apache/iceberg-python#3833; the files are right, Spark reads the nulls)."""
+    if value is None:
+        if node.kind in ("list", "map") and node.items is not None:
+            return [] if node.items.kind == "struct" else None
+        return None
+    if node.kind == "struct":
+        return {f.name: _as_pyiceberg(f.node, value[f.name]) for f in node.fields}
+    if node.kind == "list" and node.items is not None:
+        return [_as_pyiceberg(node.items, v) for v in value]
+    if node.kind == "map" and node.items is not None:
+        return [(k, _as_pyiceberg(node.items, v)) for k, v in value]
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """A value with uuids as their text (Spark shows Iceberg uuids as strings)."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
+def _spark_rows(spark: Any, name: str) -> list[dict[str, Any]]:
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    try:
+        rows = spark.table(name).toArrow().to_pylist()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+    return sorted(rows, key=lambda r: (r["kafka_partition"], r["kafka_offset"]))
+
+
+def test_generated_json_schemas_round_trip(
+    spark: Any,
+    lake: PipelineLake,
+    stack_env: dict[str, str],
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    registry_url = stack_env["BERGSTREAM_SCHEMA_REGISTRY_URL"]
+    examples = draw_examples(EXAMPLES, SEED)
+    assert len(examples) >= 50, f"hypothesis drew {len(examples)} examples"
+    topic = create_topic(PARTS, prefix="typed-json-prop")
+    planned = plan_records(examples, registry_url, topic)
+    produce(kafka_bootstrap, topic, [
+        Produced(p.number % PARTS, b"k%d" % p.number, p.value, (("n", b"%d" % p.number),),
+                 FIRST_MS + p.number)
+        for p in planned
+    ])  # fmt: skip
+    typing = make_typing(tmp_path, registry_url, topic)
+    result = run_pipeline(spark, lake, topic, once=True, report=lambda line: None, codecs=typing)
+    assert result.records == len(planned)
+
+    table = coldset(lake, topic)
+    by_pyiceberg = sorted_rows(table.scan().to_arrow())
+    truth = truth_table(kafka_bootstrap, topic, PARTS)
+    by_decoder = sorted_rows(decoder_of(typing).decode(truth).table)
+    nodes = {f.name: f.node for f in _node(wrapper_schema(examples)).fields}
+    for got, want in zip(by_pyiceberg, by_decoder, strict=True):
+        seen = {c: _as_pyiceberg(nodes[c], v) if c in nodes else v for c, v in want.items()}
+        differ = [c for c in want if got[c] != seen[c]]
+        assert not differ, f"seed {SEED}: offset {got['kafka_offset']}, columns {differ[:3]}"
+    for row in by_pyiceberg:
+        record = planned[int(row["kafka_headers"][0]["value"])]
+        where = f"record {record.number} ({record.kind}); seed {SEED}"
+        if record.meaning is None:
+            assert row[VALUE_ERROR_COLUMN] is not None and row["kafka_value"] == record.value
+            continue
+        assert row[VALUE_ERROR_COLUMN] is None, f"{where}: {row[VALUE_ERROR_COLUMN]}"
+        assert row["kafka_value"] in (None, record.value), where
+        if record.kind == "liberal" and row["kafka_value"] is None:
+            payload = record.value[5:]
+            assert (
+                payload
+                == json.dumps(record.meaning, separators=(",", ":"), ensure_ascii=False).encode()
+            ), where  # a liberal text is canonical only when it happens to be
+        for example in examples:
+            node = nodes[example.field]
+            want = _as_pyiceberg(node, expected(node, record.meaning[example.field]))
+            assert row[example.field] == want, f"{where}, column {example.field}"
+
+    by_spark = _spark_rows(spark, lake.spark_table_name(topic))
+    assert [_plain(r) for r in by_spark] == [_plain(r) for r in by_decoder], f"seed {SEED}"
+
+    hot_schema, by_hotset = hotset_rows(tmp_path, kafka_bootstrap, registry_url, topic, lake)
+    assert hot_schema.as_struct() == table.schema().as_struct()
+    assert by_hotset == coldset_file_rows(table), f"seed {SEED}"
+
+    records = consume_all(kafka_bootstrap, topic, PARTS)
+    seen = sorted(
+        (r.partition, r.record.offset, r.record.timestamp, r.record.key, r.record.value,
+         tuple(r.record.headers))
+        for r in records
+    )  # fmt: skip
+    ends = {p: 1 + max(r.record.offset for r in records if r.partition == p) for p in range(PARTS)}
+    delete_everything(kafka_bootstrap, topic, ends)
+    proxy = start_ksi_proxy(
+        tmp_path, kafka_bootstrap, [topic], ksi_config(lake, registry_url, topic)
+    )
+    try:
+        got = read_all(proxy.bootstrap, topic, PARTS, len(seen))
+    finally:
+        proxy.stop()
+    assert got == seen, f"seed {SEED}\n{proxy.log()[-3000:]}"
