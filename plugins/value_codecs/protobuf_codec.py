@@ -9,12 +9,19 @@ message, otherwise a count then the indexes (``02 00`` also names the first mess
 and a record whose list names another message fails (null row, bytes kept) with a cause giving
 the indexes as they were read and the message they name.
 
-Decoding parses each payload with the upb runtime into a message class of a private descriptor
-pool (built once per schema), then reads the messages column by column with direct attribute
-access and builds the Arrow arrays of the whole batch at once. A row keeps its bytes unless
-re-encoding it gives them back exactly, which is checked per row: the index list must be the
-short form ``00`` and the message must equal its own deterministic re-serialization (sorted map
-keys) after unknown fields are discarded. That rules out fields out of number order, unpacked
+Decoding first runs a compiled kernel over the wire format (:mod:`.protobuf_kernel`, a program
+per message from :mod:`.protobuf_program`): it decodes the rows it can prove are exactly upb's
+deterministic serialization of their value (index list ``00``), straight into Arrow columns.
+The other rows (and every row of a schema the kernel does not handle: one with a group) take
+the upb path described next, and are merged back in their places; both paths give the same
+values, ``keep_bytes`` and errors.
+
+The upb path parses each payload with the upb runtime into a message class of a private
+descriptor pool (built once per schema), then reads the messages column by column with direct
+attribute access and builds the Arrow arrays of the whole batch at once. A row keeps its bytes
+unless re-encoding it gives them back exactly, which is checked per row: the index list must be
+the short form ``00`` and the message must equal its own deterministic re-serialization after
+unknown fields are discarded. That rules out fields out of number order, unpacked
 (or split) packed fields, explicit proto3 defaults, duplicate fields, unknown fields (and
 extensions, which the pool leaves out), non-minimal varints, maps out of key order, and closed
 enum values the enum lacks. Values Arrow cannot hold exactly also keep the bytes: timestamps or
@@ -54,6 +61,8 @@ from bergstream.core.api import (
     arrow_type,
 )
 from bergstream.plugins.value_codecs.avro_decoder import payload_buffers
+from bergstream.plugins.value_codecs.protobuf_kernel import ProtoFastDecoder
+from bergstream.plugins.value_codecs.protobuf_program import compile_program
 from bergstream.plugins.value_codecs.protobuf_schema import (
     ProtoSchema,
     build_pool,
@@ -499,6 +508,15 @@ def _plain_type(type_: pa.DataType) -> pa.DataType:
 _CHUNK = 1024
 
 
+def _large_binary(payloads: pa.Array) -> pa.Array:
+    """``payloads`` as one ``large_binary`` array."""
+    if isinstance(payloads, pa.ChunkedArray):
+        payloads = payloads.combine_chunks()
+    if not pa.types.is_large_binary(payloads.type):
+        payloads = payloads.cast(pa.large_binary())
+    return payloads
+
+
 def _concat(chunks: list[pa.Array], type_: pa.DataType) -> pa.Array:
     if len(chunks) == 1:
         return chunks[0]
@@ -517,6 +535,7 @@ class _Compiled:
     message: type[Message]
     reader: _StructReader
     fill: Callable[[Message, dict[str, Any]], None]
+    fast: ProtoFastDecoder | None  # None: the kernel does not handle the message
 
 
 def _build(proto: ProtoSchema) -> _Compiled:
@@ -530,6 +549,7 @@ def _build(proto: ProtoSchema) -> _Compiled:
     descriptor = messages[0]
     type_ = iceberg_type(descriptor)
     arrow = arrow_type(type_)
+    program = compile_program(descriptor)
     return _Compiled(
         type=type_,
         arrow=arrow,
@@ -539,6 +559,7 @@ def _build(proto: ProtoSchema) -> _Compiled:
         message=GetMessageClass(descriptor),
         reader=_struct_reader(descriptor, arrow, ""),
         fill=_struct_writer(descriptor),
+        fast=ProtoFastDecoder(program, arrow) if program is not None else None,
     )
 
 
@@ -591,6 +612,31 @@ class ProtobufCodec:
         return pa.array(out, pa.large_binary())
 
     def _decode(self, compiled: _Compiled, payloads: pa.Array, skip: int) -> DecodedValues:
+        """The kernel's values for the rows it proves canonical, upb's for the others."""
+        if compiled.fast is None:
+            return self._decode_upb(compiled, payloads, skip)
+        payloads = _large_binary(payloads)
+        values, slow = compiled.fast.decode_fast(payloads, skip)
+        rows = len(payloads)
+        keep = np.zeros(rows, dtype=bool)
+        errors: list[str | None] = [None] * rows
+        if not slow.any():
+            return DecodedValues(values=values, keep_bytes=keep, errors=errors)
+        slow_rows = np.flatnonzero(slow)
+        if len(slow_rows) == rows:
+            return self._decode_upb(compiled, payloads, skip)
+        other = self._decode_upb(compiled, payloads.take(pa.array(slow_rows)), skip)
+        keep[slow_rows] = other.keep_bytes
+        for row, error in zip(slow_rows.tolist(), other.errors, strict=True):
+            errors[row] = error
+        # Row i of the result: the kernel's row i, or (for the j-th slow row) upb's row j.
+        where = np.arange(rows, dtype=np.int64)
+        where[slow_rows] = rows + np.arange(len(slow_rows), dtype=np.int64)
+        merged = pa.concat_arrays([values, other.values]).take(pa.array(where))
+        return DecodedValues(values=merged, keep_bytes=keep, errors=errors)
+
+    def _decode_upb(self, compiled: _Compiled, payloads: pa.Array, skip: int) -> DecodedValues:
+        """Decode every row with upb (the reference the kernel's rows agree with)."""
         data, offsets_array = payload_buffers(payloads)
         rows = len(offsets_array) - 1
         # One copy of the batch as bytes: upb parses a bytes slice several times faster than
