@@ -5,16 +5,10 @@ Run: ``python bench/isk_formats_synthesis.py [--format json-schema|protobuf] [--
 (issue 14's goal: typed synthesis >= 150 MB/s per CPU second for each codec; the library's own
 per-record decode is the naive baseline). Without ``--format`` both formats run.
 
-Builds ``--records`` values of a 20-field record (strings, longs, doubles, a timestamp, a
-decimal as a string, a nullable note; about 300 bytes) with Confluent framing into v2 batches:
-
-- **json-schema**: a registry ``JSON`` schema (the timestamp a ``format: date-time`` string,
-  written ``YYYY-MM-DDTHH:MM:SSZ``); each value is the codec's canonical text, the compact
-  ``json.dumps(..., separators=(",", ":"), ensure_ascii=False)`` with keys in schema order;
-- **protobuf**: a registry ``PROTOBUF`` schema in ``.proto`` text (the timestamp a
-  ``google.protobuf.Timestamp``); each value is the message index ``00`` then the message's
-  deterministic serialization (the message class comes from the codec's own schema loader,
-  which compiles the text with grpcio-tools' protoc).
+Builds ``--records`` values of the 20-field record of ``format_records`` (strings, longs,
+doubles, a timestamp, a decimal as a string, a nullable note; about 300 bytes), in the format's
+canonical form, with Confluent framing into v2 batches (see ``format_records`` for each format's
+schema and values).
 
 Every row is canonical (checked: the typed table's ``kafka_value`` is all null). Then times (CPU
 time of this process, best of ``--repeat``):
@@ -34,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import decimal
 import functools
 import json
 import time
@@ -43,8 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from google.protobuf.message import Message
-from google.protobuf.message_factory import GetMessageClass
+from format_records import DOUBLES, LONGS, STRINGS, message_class
+from format_records import FORMATS as RECORD_FORMATS
 
 from bergstream.core.api import (
     ROW_SCHEMA,
@@ -60,73 +53,9 @@ from bergstream.core.records import BatchInfo, Record, build_batch
 from bergstream.plugins.isk_gateway.files.hotset_layout import parquet_layout
 from bergstream.plugins.isk_gateway.files.synthesis import records_to_table
 from bergstream.plugins.isk_gateway.files.typed_topic import TypedTopic, layout_digest
-from bergstream.plugins.value_codecs.json_codec import JsonSchemaCodec
-from bergstream.plugins.value_codecs.protobuf_codec import ProtobufCodec
-from bergstream.plugins.value_codecs.protobuf_schema import (
-    build_pool,
-    load_proto_schema,
-    message_at,
-    root_file,
-)
 
 SCHEMA_ID = 7
 GOAL_MB_PER_CPU_S = 150
-FIRST_AT = 1_763_000_000  # seconds
-
-STRINGS = [f"s{i}" for i in range(6)]
-LONGS = [f"l{i}" for i in range(6)]
-DOUBLES = [f"d{i}" for i in range(5)]
-
-JSON_SCHEMA: dict[str, Any] = {
-    "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "Wide",
-    "type": "object",
-    "properties": {
-        **{name: {"type": "string"} for name in STRINGS},
-        **{name: {"type": "integer"} for name in LONGS},
-        **{name: {"type": "number"} for name in DOUBLES},
-        "at": {"type": "string", "format": "date-time"},
-        "price": {"type": "string"},
-        "note": {"type": ["string", "null"]},
-    },
-    "required": [*STRINGS, *LONGS, *DOUBLES, "at", "price", "note"],
-}
-
-PROTO = "\n".join(
-    [
-        'syntax = "proto3";',
-        "package bergstream.bench;",
-        'import "google/protobuf/timestamp.proto";',
-        "",
-        "message Wide {",
-        *(f"  string {name} = {n};" for n, name in enumerate(STRINGS, 1)),
-        *(f"  int64 {name} = {n};" for n, name in enumerate(LONGS, 7)),
-        *(f"  double {name} = {n};" for n, name in enumerate(DOUBLES, 13)),
-        "  google.protobuf.Timestamp at = 18;",
-        "  string price = 19;",
-        "  optional string note = 20;",
-        "}",
-        "",
-    ]
-)
-
-
-def value(i: int) -> dict[str, Any]:
-    """Record ``i``, as the Avro bench's (``at`` in whole seconds, ``price`` a Decimal)."""
-    out: dict[str, Any] = {
-        name: f"text-{k}-{i % 997:05d}-" + "x" * (20 + (i + k) % 15)
-        for k, name in enumerate(STRINGS)
-    }
-    out.update({name: i * 1_000_003 + k for k, name in enumerate(LONGS)})
-    out.update({name: i / (k + 1.5) for k, name in enumerate(DOUBLES)})
-    out["at"] = FIRST_AT + i
-    out["price"] = decimal.Decimal(i % 100_000) / 100
-    out["note"] = None if i % 3 else f"note {i}"
-    return out
-
-
-def framed(payload: bytes) -> bytes:
-    return b"\x00" + SCHEMA_ID.to_bytes(4, "big") + payload
 
 
 @dataclass
@@ -141,17 +70,15 @@ class Format:
     per_record: dict[str, Callable[[list[bytes]], None]]
 
 
+def _format(name: str, records: int) -> tuple[ValueCodec, RegisteredSchema, list[bytes]]:
+    """The codec, registered schema and ``records`` framed values of the record in ``name``."""
+    record = RECORD_FORMATS[name]
+    schema = record.registered(SCHEMA_ID, "w-value")
+    return record.codec(), schema, record.payloads(schema, records)
+
+
 def json_format(records: int) -> Format:
-    schema = RegisteredSchema(
-        SCHEMA_ID, "JSON", json.dumps(JSON_SCHEMA), subject="w-value", version=1
-    )
-    payloads = []
-    for i in range(records):
-        row = value(i)
-        row["at"] = dt.datetime.fromtimestamp(row["at"], dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        row["price"] = str(row["price"])
-        text = json.dumps(row, separators=(",", ":"), ensure_ascii=False)
-        payloads.append(framed(text.encode()))
+    codec, schema, payloads = _format("json-schema", records)
 
     def with_orjson(values: list[bytes]) -> None:
         loads = orjson.loads
@@ -165,7 +92,7 @@ def json_format(records: int) -> Format:
 
     return Format(
         "json-schema",
-        JsonSchemaCodec(),
+        codec,
         schema,
         payloads,
         {"orjson_loads": with_orjson, "json_loads": with_json},
@@ -173,19 +100,8 @@ def json_format(records: int) -> Format:
 
 
 def protobuf_format(records: int) -> Format:
-    schema = RegisteredSchema(SCHEMA_ID, "PROTOBUF", PROTO, subject="w-value", version=1)
-    descriptor = message_at(root_file(build_pool(load_proto_schema(schema, None))), [0])
-    assert descriptor is not None
-    wide: type[Message] = GetMessageClass(descriptor)
-    payloads = []
-    for i in range(records):
-        row = value(i)
-        at, price, note = row.pop("at"), row.pop("price"), row.pop("note")
-        message: Any = wide(**row, price=str(price))
-        message.at.seconds = at
-        if note is not None:
-            message.note = note
-        payloads.append(framed(b"\x00" + message.SerializeToString(deterministic=True)))
+    codec, schema, payloads = _format("protobuf", records)
+    wide = message_class(schema)
     names = [*STRINGS, *LONGS, *DOUBLES, "price"]
     utc = dt.UTC
 
@@ -197,7 +113,7 @@ def protobuf_format(records: int) -> Format:
             message.at.ToDatetime(tzinfo=utc)
             message.note if message.HasField("note") else None
 
-    return Format("protobuf", ProtobufCodec(), schema, payloads, {"parse_and_read": parse})
+    return Format("protobuf", codec, schema, payloads, {"parse_and_read": parse})
 
 
 FORMATS: dict[str, Callable[[int], Format]] = {

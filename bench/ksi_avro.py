@@ -1,24 +1,31 @@
-"""KSI cold fetch of Avro records: a typed coldset table (values as columns, re-encoded to the
-original bytes by KSI) against the same records in a raw table, in one run.
+"""KSI cold fetch of typed records (Avro, JSON Schema or Protobuf): a typed coldset table
+(values as columns, re-encoded to the original bytes by KSI) against the same records in a raw
+table, in one run.
 
 Starts its own Kafka and Schema Registry (the local stack, under a temporary home), registers a
-20-field Avro record of about 300 bytes (strings, longs, doubles, a timestamp-millis, a decimal),
-produces the same framed values to two topics, and writes both coldsets with PyIceberg the way
-the pipeline does: ``raw`` with the row contract only, ``avro`` with the typed layout (core's
-``TypedRows``, the avro codec; schemas kept in the table's properties). After DeleteRecords up to
-each partition's end, confluent-kafka reads every record of each topic through ``bergstream run``
-with the ksi filter, a fresh proxy per read (so every read decodes its row groups: a cold cache;
-each proxy first reads a small typed topic, so loading the codec's compiled kernels is not
-timed), alternating topics, ``--rounds`` times; the best read of each counts. A checksum of the
-values read proves both topics came back with the same bytes.
+20-field record (about 300 bytes of data) in the ``--format`` chosen (default avro), produces
+the same framed values to two topics, and writes both coldsets with PyIceberg the way the
+pipeline does: ``raw`` with the row contract only, the typed one (named by the format: ``avro``,
+``json_schema``, ``protobuf``) with the typed layout (core's ``TypedRows``, the format's codec;
+schemas kept in the table's properties). After DeleteRecords up to each partition's end,
+confluent-kafka reads every record of each topic through ``bergstream run`` with the ksi filter,
+a fresh proxy per read (so every read decodes its row groups: a cold cache; each proxy first
+reads a small typed topic, so loading the codec's compiled schemas and kernels is not timed),
+alternating topics, ``--rounds`` times; the best read of each counts. A checksum of the values
+read proves both topics came back with the same bytes.
+
+The record: for avro, an Avro record here (strings, longs, doubles, a timestamp-millis, a
+decimal); for json-schema and protobuf, the record of ``format_records`` (strings, longs,
+doubles, a timestamp, a decimal as a string, a nullable note), each value canonical.
 
 Prints records/s (wall clock, from the first request to the last record) and records per CPU
-second of the proxy process (the steadier figure on a shared machine), their ratios avro/raw
+second of the proxy process (the steadier figure on a shared machine), their ratios typed/raw
 (goal >= 0.8), the in-process CPU time to decode every row group (Parquet to cached payload:
 the part where the two differ), and KSI's whole serving work in-process (planner, cold store,
 batches; no network, proxy or client) in wall and CPU seconds.
 
-    .venv/bin/python bench/ksi_avro.py [--records 300000] [--partitions 3] [--rounds 3]
+    .venv/bin/python bench/ksi_avro.py [--format avro|json-schema|protobuf] [--records 300000]
+        [--partitions 3] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
+from format_records import FORMATS, register_schema
 
 from bergstream.core.api import (
     BOUNDARY_PROPERTY,
@@ -150,12 +158,21 @@ def make_values(count: int, schema_id: int) -> list[bytes]:
     return out
 
 
-def register(url: str, subject: str) -> int:
-    """Register the schema under ``subject``; its id."""
-    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-
-    client = SchemaRegistryClient({"url": url})
-    return int(client.register_schema(subject, Schema(json.dumps(SCHEMA), "AVRO")))
+def typed_values(
+    fmt: str, registry_url: str, subject: str, count: int
+) -> tuple[RegisteredSchema, SideCodecs, list[bytes]]:
+    """Register the record's schema in format ``fmt`` under ``subject``: the schema as
+    registered, the codecs of the values' side, and ``count`` framed values."""
+    if fmt == "avro":
+        text = json.dumps(SCHEMA)
+        schema_id = register_schema(registry_url, subject, text, "AVRO")
+        schema = RegisteredSchema(schema_id, "AVRO", text, subject=subject, version=1)
+        return schema, SideCodecs({"AVRO": AvroCodec()}, subject), make_values(count, schema_id)
+    record = FORMATS[fmt]
+    schema_id = register_schema(registry_url, subject, record.text, record.schema_type)
+    schema = record.registered(schema_id, subject)
+    side = SideCodecs({record.schema_type: record.codec()}, subject)
+    return schema, side, record.payloads(schema, count)
 
 
 def create_topic(kafka: str, topic: str, partitions: int) -> None:
@@ -406,19 +423,21 @@ class Proxy:
 def main() -> None:
     """Run the benchmark and print its JSON result."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--format", choices=["avro", *FORMATS], default="avro")
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cache-mb", type=int, default=512, help="ksi cache_max_bytes in MiB")
     args = parser.parse_args()
+    name = args.format.replace("-", "_")  # the typed topic, its table and its figures
 
-    home = Path(tempfile.mkdtemp(prefix="ksi-avro-bench-"))
+    home = Path(tempfile.mkdtemp(prefix=f"ksi-{args.format}-bench-"))
     try:
         env = stack_up(home=home, components={"kafka", "schema-registry"}).as_dict()
         kafka = env["BERGSTREAM_KAFKA_BOOTSTRAP"]
         registry_url = env["BERGSTREAM_SCHEMA_REGISTRY_URL"]
-        schema_id = register(registry_url, "avro-value")
-        values = make_values(args.records, schema_id)
+        subject = f"{name}-value"
+        schema, side, values = typed_values(args.format, registry_url, subject, args.records)
         value_bytes = sum(len(v) for v in values)
         ends = {p: len(range(p, args.records, args.partitions)) for p in range(args.partitions)}
         lake_config = LakeConfig(
@@ -430,13 +449,10 @@ def main() -> None:
             lake_config.model_dump(mode="json", exclude_defaults=True)
         )
         rows = contract_rows(values, args.partitions)
-        schema = RegisteredSchema(
-            schema_id, "AVRO", json.dumps(SCHEMA), subject="avro-value", version=1
-        )
-        codecs = TopicCodecs("avro", SideCodecs({"AVRO": AvroCodec()}, "avro-value"))
+        codecs = TopicCodecs(name, side)
         warm = 3000  # a small typed topic each proxy reads first (codec kernels loaded)
         warm_ends = {p: len(range(p, warm, args.partitions)) for p in range(args.partitions)}
-        for topic in ("raw", "avro", "warm"):
+        for topic in ("raw", name, "warm"):
             count = warm if topic == "warm" else args.records
             create_topic(kafka, topic, args.partitions)
             produce(kafka, topic, values[:count], args.partitions)
@@ -447,21 +463,21 @@ def main() -> None:
             topic_ends = ends if count == args.records else warm_ends
             write_table(lake, topic, topic_rows, topic_ends, typed)
             delete_all(kafka, topic, args.partitions, topic_ends)
-        decode = {topic: decode_seconds(lake, topic, topic == "avro") for topic in ("raw", "avro")}
-        serve: dict[str, list[tuple[float, float]]] = {"raw": [], "avro": []}
+        decode = {topic: decode_seconds(lake, topic, topic == name) for topic in ("raw", name)}
+        serve: dict[str, list[tuple[float, float]]] = {"raw": [], name: []}
         shared = TypedTables(BergstreamConfig(lake=lake.config), load_registry())
         for round_ in range(args.rounds + 1):  # the first round warms up, it does not count
-            for topic in ("raw", "avro") if round_ % 2 == 0 else ("avro", "raw"):
+            for topic in ("raw", name) if round_ % 2 == 0 else (name, "raw"):
                 timing = serve_seconds(lake, topic, ends, shared)
                 if round_:
                     serve[topic].append(timing)
-        reads: dict[str, list[float]] = {"raw": [], "avro": []}
-        cpu: dict[str, list[float]] = {"raw": [], "avro": []}
-        checksums: dict[str, set[int]] = {"raw": set(), "avro": set()}
+        reads: dict[str, list[float]] = {"raw": [], name: []}
+        cpu: dict[str, list[float]] = {"raw": [], name: []}
+        checksums: dict[str, set[int]] = {"raw": set(), name: set()}
         for round_ in range(args.rounds):
-            order = ("raw", "avro") if round_ % 2 == 0 else ("avro", "raw")
+            order = ("raw", name) if round_ % 2 == 0 else (name, "raw")
             for topic in order:
-                served = ["raw", "avro", "warm"]
+                served = ["raw", name, "warm"]
                 with Proxy(home, kafka, lake_yaml, served, args.cache_mb) as proxy:
                     consume(proxy.bootstrap, "warm", args.partitions, warm)
                     before = proxy.cpu_seconds()
@@ -471,7 +487,7 @@ def main() -> None:
                     cpu[topic].append(proxy.cpu_seconds() - before)
                 reads[topic].append(seconds)
                 checksums[topic].add(checksum)
-        if len(checksums["raw"] | checksums["avro"]) != 1:
+        if len(checksums["raw"] | checksums[name]) != 1:
             raise RuntimeError(f"the topics came back with different values: {checksums}")
         best = {topic: min(times) for topic, times in reads.items()}
         least_cpu = {topic: min(times) for topic, times in cpu.items()}
@@ -495,11 +511,11 @@ def main() -> None:
             "mean_value_bytes": round(value_bytes / args.records, 1),
             "rounds": args.rounds,
             "raw": summary("raw"),
-            "avro": summary("avro"),
-            "avro_to_raw_ratio": round(best["raw"] / best["avro"], 3),
-            "avro_to_raw_ratio_per_proxy_cpu": round(least_cpu["raw"] / least_cpu["avro"], 3),
-            "avro_to_raw_ratio_in_process_cpu": round(
-                min(c for _, c in serve["raw"]) / min(c for _, c in serve["avro"]), 3
+            name: summary(name),
+            f"{name}_to_raw_ratio": round(best["raw"] / best[name], 3),
+            f"{name}_to_raw_ratio_per_proxy_cpu": round(least_cpu["raw"] / least_cpu[name], 3),
+            f"{name}_to_raw_ratio_in_process_cpu": round(
+                min(c for _, c in serve["raw"]) / min(c for _, c in serve[name]), 3
             ),
             "goal": ">= 0.8",
             "same_bytes": True,

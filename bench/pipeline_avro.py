@@ -1,21 +1,27 @@
-"""Pipeline with Avro decoding against the raw pipeline, on the same topic, in the same run and
-the same Spark session.
+"""Pipeline with typed decoding (Avro, JSON Schema or Protobuf) against the raw pipeline, on the
+same topic, in the same run and the same Spark session.
 
 Starts its own Kafka and Schema Registry (the local stack, under a temporary home), registers a
-20-field Avro record (strings, longs, doubles, a timestamp-millis, a decimal; about 300 bytes),
-fills a topic with values in Confluent framing (default 300k records over 6 partitions), then
-times ``run_pipeline(..., once=True)`` into a fresh table:
+20-field record (about 300 bytes of data; the value's size in each format is printed) in the
+``--format`` chosen (default avro), fills a topic with values in Confluent framing (default
+300k records over 6 partitions: a pool of distinct values, repeated), then times
+``run_pipeline(..., once=True)`` into a fresh table:
 
 - **raw**: no ``codecs:`` rule, one ``kafka_value`` column (today's pipeline);
-- **avro**: a rule decoding values by the registry (typed columns, decoded by core's TypedRows
-  in Spark's Python workers through ``mapInArrow``, which write the Parquet data files
-  themselves; the driver commits them with the boundary).
+- **typed** (named by the format): a rule decoding values by the registry (typed columns,
+  decoded by core's TypedRows in Spark's Python workers through ``mapInArrow``, which write the
+  Parquet data files themselves; the driver commits them with the boundary).
+
+The record: for avro, an Avro record here (strings, longs, doubles, a timestamp-millis, a
+decimal); for json-schema and protobuf, the record of ``format_records`` (strings, longs,
+doubles, a timestamp, a decimal as a string, a nullable note), each value canonical.
 
 The two alternate ``--rounds`` times and the best of each counts (the machine is shared); CPU
 seconds of the whole process tree (driver, JVM, Python workers) are printed beside, being less
 sensitive to other load than wall time. Needs pandas (Spark's mapInArrow).
 
-    .venv/bin/python bench/pipeline_avro.py [--records 300000] [--rounds 3]
+    .venv/bin/python bench/pipeline_avro.py [--format avro|json-schema|protobuf]
+        [--records 300000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from benchkit import create_topic
+from format_records import FORMATS, register_schema
 
 from bergstream.core.api import BergstreamConfig, ServiceContext, load_registry
 from bergstream.core.lake import LakeConfig
@@ -105,19 +112,9 @@ def payment(rng: random.Random, i: int) -> dict[str, Any]:
     }
 
 
-def register(registry_url: str, subject: str) -> int:
-    """Register :data:`SCHEMA` under ``subject``; its id."""
-    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-
-    client = SchemaRegistryClient({"url": registry_url})
-    return int(client.register_schema(subject, Schema(json.dumps(SCHEMA), "AVRO")))
-
-
-def fill(bootstrap: str, topic: str, schema_id: int, records: int, partitions: int) -> float:
-    """Produce ``records`` framed Avro values (a pool of distinct ones, repeated); the average
-    value size in bytes."""
+def avro_pool(schema_id: int) -> list[bytes]:
+    """:data:`POOL` distinct framed Avro values of :data:`SCHEMA`."""
     import fastavro
-    from confluent_kafka import Producer
 
     parsed = fastavro.parse_schema(SCHEMA)
     rng = random.Random(1)
@@ -128,19 +125,36 @@ def fill(bootstrap: str, topic: str, schema_id: int, records: int, partitions: i
         out.seek(5)
         fastavro.schemaless_writer(out, parsed, payment(rng, i))
         pool.append(out.getvalue())
+    return pool
+
+
+def register_and_pool(registry_url: str, subject: str, fmt: str) -> list[bytes]:
+    """Register the record's schema in format ``fmt`` under ``subject``; :data:`POOL` distinct
+    framed values of it."""
+    if fmt == "avro":
+        return avro_pool(register_schema(registry_url, subject, json.dumps(SCHEMA), "AVRO"))
+    record = FORMATS[fmt]
+    schema_id = register_schema(registry_url, subject, record.text, record.schema_type)
+    return record.payloads(record.registered(schema_id, subject), POOL)
+
+
+def fill(bootstrap: str, topic: str, pool: list[bytes], records: int, partitions: int) -> float:
+    """Produce ``records`` values from ``pool`` (repeated); the average value size in bytes."""
+    from confluent_kafka import Producer
+
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 524288, "acks": 1}
     )
     for i in range(records):
         while True:
             try:
-                producer.produce(topic, value=pool[i % POOL], key=b"%d" % i,
+                producer.produce(topic, value=pool[i % len(pool)], key=b"%d" % i,
                                  partition=i % partitions)  # fmt: skip
                 break
             except BufferError:
                 producer.poll(0.1)
     assert producer.flush(120) == 0
-    return sum(map(len, pool)) / POOL
+    return sum(map(len, pool)) / len(pool)
 
 
 def tree_cpu_seconds() -> float:
@@ -169,23 +183,25 @@ def tree_cpu_seconds() -> float:
 def main() -> None:
     """Run the benchmark; print both figures and the ratios (JSON on the last line)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--format", choices=["avro", *FORMATS], default="avro")
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3, help="best of this many runs each")
     parser.add_argument("--driver-memory", default="2g")
     args = parser.parse_args()
+    typed = args.format.replace("-", "_")  # names the typed runs (and their table namespaces)
 
-    workdir = Path(tempfile.mkdtemp(prefix="bench-pipeline-avro-"))
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-pipeline-{args.format}-"))
     home = workdir / "home"
     env = stack_up(home=home, components={"kafka", "schema-registry"}).as_dict()
     kafka, registry_url = env["BERGSTREAM_KAFKA_BOOTSTRAP"], env["BERGSTREAM_SCHEMA_REGISTRY_URL"]
     spark = None
     try:
-        topic = "bench-avro"
+        topic = f"bench-{args.format}"
         create_topic(kafka, topic, args.partitions)
-        schema_id = register(registry_url, f"{topic}-value")
         began = time.monotonic()
-        size = fill(kafka, topic, schema_id, args.records, args.partitions)
+        pool = register_and_pool(registry_url, f"{topic}-value", args.format)
+        size = fill(kafka, topic, pool, args.records, args.partitions)
         print(f"produced {args.records:,} values of {size:.0f} B on average in "
               f"{time.monotonic() - began:.1f} s", flush=True)  # fmt: skip
         config = BergstreamConfig.model_validate(
@@ -196,10 +212,10 @@ def main() -> None:
         assert codecs is not None
 
         spark = build_session({"spark.driver.memory": args.driver_memory})
-        runs: dict[str, list[tuple[float, float]]] = {"raw": [], "avro": []}
+        runs: dict[str, list[tuple[float, float]]] = {"raw": [], typed: []}
         for round_ in range(args.rounds):
             # Alternate which goes first, so JVM warm-up and caches favour neither.
-            order = ("raw", "avro") if round_ % 2 == 0 else ("avro", "raw")
+            order = ("raw", typed) if round_ % 2 == 0 else (typed, "raw")
             for which in order:
                 lake = resolve_pipeline_lake(
                     LakeConfig(kafka_bootstrap=kafka, namespace=f"bench_{which}_{round_}"),
@@ -210,7 +226,7 @@ def main() -> None:
                 cpu, began = tree_cpu_seconds(), time.monotonic()
                 result = run_pipeline(
                     spark, lake, topic, once=True, report=lambda line: None,
-                    codecs=codecs if which == "avro" else None,
+                    codecs=codecs if which == typed else None,
                 )  # fmt: skip
                 seconds, cpu = time.monotonic() - began, tree_cpu_seconds() - cpu
                 assert result.records == args.records, f"copied {result.records:,}"
@@ -229,17 +245,19 @@ def main() -> None:
         "value_bytes": round(size),
         "partitions": args.partitions,
         "raw_records_s": round(args.records / best["raw"]),
-        "avro_records_s": round(args.records / best["avro"]),
-        "ratio": round(best["raw"] / best["avro"], 3),
+        f"{typed}_records_s": round(args.records / best[typed]),
+        "ratio": round(best["raw"] / best[typed], 3),
         "raw_cpu_s": round(best_cpu["raw"], 1),
-        "avro_cpu_s": round(best_cpu["avro"], 1),
-        "cpu_ratio": round(best_cpu["raw"] / best_cpu["avro"], 3),
+        f"{typed}_cpu_s": round(best_cpu[typed], 1),
+        "cpu_ratio": round(best_cpu["raw"] / best_cpu[typed], 3),
     }
-    print(f"raw:  {summary['raw_records_s']:,} records/s ({best['raw']:.1f} s, "
-          f"{best_cpu['raw']:.1f} CPU s, best of {args.rounds})")  # fmt: skip
-    print(f"avro: {summary['avro_records_s']:,} records/s ({best['avro']:.1f} s, "
-          f"{best_cpu['avro']:.1f} CPU s, best of {args.rounds})")  # fmt: skip
-    print(f"ratio avro/raw: {summary['ratio']:.3f} records/s, {summary['cpu_ratio']:.3f} by CPU")
+    width = len(typed) + 2
+    for name in ("raw", typed):
+        label, rate = f"{name}:", summary[f"{name}_records_s"]
+        print(f"{label:<{width}}{rate:,} records/s ({best[name]:.1f} s, "
+              f"{best_cpu[name]:.1f} CPU s, best of {args.rounds})")  # fmt: skip
+    print(f"ratio {typed}/raw: {summary['ratio']:.3f} records/s, "
+          f"{summary['cpu_ratio']:.3f} by CPU")  # fmt: skip
     print(json.dumps(summary))
     shutil.rmtree(workdir, ignore_errors=True)
 
