@@ -136,9 +136,7 @@ def main() -> None:
                 "typed_parquet_bytes": typed_synthesis(),
                 "raw_parquet_bytes": raw(),
                 "fastavro_per_record_records_per_cpu_s": round(len(tenth) / loop_s),
-                "fastavro_per_record_mb_per_cpu_s": round(
-                    sum(map(len, tenth)) / 1e6 / loop_s, 1
-                ),
+                "fastavro_per_record_mb_per_cpu_s": round(sum(map(len, tenth)) / 1e6 / loop_s, 1),
                 "typed_vs_fastavro_per_record": round(
                     (megabytes / typed_s) / (sum(map(len, tenth)) / 1e6 / loop_s), 1
                 ),
