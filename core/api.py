@@ -25,6 +25,8 @@ from bergstream.core.backends import (
     IndexBackend,
     SchemaNotExpressible,
     ServiceContext,
+    ShapeCodec,
+    Shapes,
     ValueCodec,
 )
 from bergstream.core.choices import (
@@ -178,6 +180,7 @@ from bergstream.core.schema_registry import (
     SchemaRegistrySettings,
 )
 from bergstream.core.service import Service
+from bergstream.core.shape_layouts import ShapedLayout, build_layout_of_shapes
 from bergstream.core.testing.backends import (
     CACHE_CHECKS,
     INDEX_CHECKS,
@@ -320,6 +323,9 @@ __all__ = [
     "ServiceChoice",
     "ServiceContext",
     "ServiceRegistration",
+    "ShapeCodec",
+    "ShapedLayout",
+    "Shapes",
     "ShortCircuit",
     "SideCodecs",
     "SideLayout",
@@ -342,6 +348,7 @@ __all__ = [
     "build",
     "build_batch",
     "build_layout",
+    "build_layout_of_shapes",
     "build_layout_seeing",
     "build_request",
     "build_response",

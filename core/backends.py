@@ -139,6 +139,45 @@ class ValueCodec(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Shapes:
+    """The shapes a :class:`ShapeCodec` found in a batch of values: per row the schema id of its
+    shape's declared schema (``-1``: none, and why in ``errors``; a null row has neither), and
+    the declared schemas, in order of first appearance."""
+
+    ids: np.ndarray
+    errors: list[str | None]
+    schemas: list[RegisteredSchema]
+
+
+class ShapeCodec(ValueCodec, Protocol):
+    """A codec for values that carry no schema id (plain JSON): it groups a batch's rows into
+    shapes and declares a schema for each, which then play the part of registered schemas
+    (layout versions, schema id column, re-encoding)."""
+
+    #: False: values carry no Confluent framing.
+    framed: bool
+
+    def shapes(
+        self,
+        values: pa.Array,
+        columns: Mapping[str, IcebergType] | None,
+        subject: str,
+        *,
+        window: bool = False,
+    ) -> Shapes:
+        """The shapes of ``values`` (``large_binary``, nulls allowed), declared against the
+        table's current columns (top-level fields by name). ``window``: a key without a column
+        gets the one the whole batch makes (to fold a new batch); otherwise its declaration
+        depends on the row's shape alone, so any batch of the same rows agrees."""
+        ...
+
+    def telling_rows(self, values: pa.Array) -> np.ndarray:
+        """Indexes of rows of ``values`` whose shapes, declared alone, are what the whole batch
+        declares (the rest add nothing): what a driver folds instead of the whole batch."""
+        ...
+
+
 class FileSynthesizer(Protocol):
     """Builds the bytes of one kind of file from its path alone (paths encode what they hold)."""
 

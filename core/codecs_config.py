@@ -164,7 +164,8 @@ def check_codecs(
                     )
                 )
                 continue
-            if settings.schema_registry is None:
+            plain = name != BY_SCHEMA_TYPE and not getattr(registered[name], "needs_registry", True)
+            if settings.schema_registry is None and not plain:
                 problems.append(
                     (
                         (*at, field),

@@ -72,6 +72,9 @@ class ValueCodecRegistration(Registration):
     """A value codec turning Kafka record values into columns and back."""
 
     factory: Callable[[Any, ServiceContext], ValueCodec]
+    #: False for a codec of plain values that reads no registered schema (a ``ShapeCodec``):
+    #: a rule naming it needs no ``codecs.schema_registry``
+    needs_registry: bool = True
     kind: ClassVar[str] = "value codec"
 
 

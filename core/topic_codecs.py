@@ -68,12 +68,12 @@ class TopicCodecsResolver:
         if name == RAW:
             return None
         plugins = self.context.plugins
-        names = (
-            sorted(plugins.registrations(CODEC_KIND)) if name == BY_SCHEMA_TYPE else [name]
-        )
+        names = sorted(plugins.registrations(CODEC_KIND)) if name == BY_SCHEMA_TYPE else [name]
         by_type: dict[str, ValueCodec] = {}
         for codec_name in names:
             codec = self._codec(rule, codec_name)
+            if name == BY_SCHEMA_TYPE and getattr(codec, "framed", True) is False:
+                continue  # plain values name no schema type: such a codec is chosen by name
             for schema_type in codec.schema_types:
                 by_type.setdefault(schema_type.upper(), codec)
         return SideCodecs(by_type, subject)

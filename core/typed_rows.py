@@ -24,14 +24,14 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.types import IcebergType, StructType
 
-from bergstream.core.backends import SchemaNotExpressible, ValueCodec
+from bergstream.core.backends import SchemaNotExpressible, ShapeCodec, ValueCodec
 from bergstream.core.metrics import UNDECODABLE_RECORDS
 from bergstream.core.row_contract import (
     KEY_COLUMN_PREFIX,
@@ -119,6 +119,15 @@ class SideCodecs:
     def codec_for(self, schema: RegisteredSchema) -> ValueCodec | None:
         """The codec reading ``schema``'s type, if any."""
         return self.codecs.get(schema.schema_type.upper())
+
+    @property
+    def shape_codec(self) -> ShapeCodec | None:
+        """The codec that groups this side's values (which carry no framing) into shapes; None
+        for a side of framed values."""
+        for codec in self.codecs.values():
+            if getattr(codec, "framed", True) is False:
+                return cast("ShapeCodec", codec)
+        return None
 
 
 @dataclass(frozen=True)
@@ -478,14 +487,18 @@ class TypedRows:
     ) -> _SideResult:
         raw = _binary(raw)
         count = len(raw)
-        framed, ids = split_framing(raw)
         valid = ~np.asarray(raw.is_null(), dtype=bool)
         keep = valid.copy()  # bytes kept unless a codec says they re-encode exactly
         errors = _Causes(count)
-        errors.set(valid & ~framed, NO_FRAMING)
         targets = {column: self.layout.arrow_schema.field(column).type for column in side.columns}
         key = name == "key"
         field_of = _side_columns(side, key)
+        shape_codec = codecs.shape_codec
+        if shape_codec is None:
+            framed, ids = split_framing(raw)
+            errors.set(valid & ~framed, NO_FRAMING)
+        else:
+            framed, ids = self._shape_ids(side, codecs, shape_codec, raw, field_of, errors)
         pieces: dict[str, list[pa.Array]] = {column: [] for column in side.columns}
         order: list[np.ndarray] = []
         distinct = _distinct(ids[framed])
@@ -504,7 +517,9 @@ class TypedRows:
             codec = codecs.codec_for(schema)
             assert codec is not None
             decode_framed = getattr(codec, "decode_framed", None)
-            if one_group and decode_framed is not None:  # every row framed: no copy to cut it
+            if shape_codec is not None:
+                decoded = codec.decode(schema, raw if one_group else raw.take(pa.array(rows)))
+            elif one_group and decode_framed is not None:  # every row framed: no copy to cut it
                 decoded = decode_framed(schema, raw, _HEADER)
             else:
                 decoded = codec.decode(schema, _payloads(raw, rows))
@@ -545,6 +560,37 @@ class TypedRows:
             kept = pa.nulls(count, pa.large_binary())
         schema_ids = pa.array(np.where(framed, ids, 0), pa.int32(), mask=~framed)
         return _SideResult(columns, schema_ids, errors.array(), kept)
+
+    def _shape_ids(
+        self,
+        side: SideLayout,
+        codecs: SideCodecs,
+        shape_codec: ShapeCodec,
+        raw: pa.Array,
+        field_of: Mapping[str, str],
+        errors: _Causes,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per row of unframed values: whether it has a shape the layout folded, and that
+        shape's schema id (the rest get their cause)."""
+        columns = {
+            field_of[column]: self.layout.schema.find_field(column).field_type
+            for column in side.columns
+        }
+        found = shape_codec.shapes(raw, columns, codecs.subject)
+        ids = np.asarray(found.ids, dtype=np.int64)
+        for row, error in enumerate(found.errors):
+            if error is not None:
+                errors.set(row, error)
+        for schema in found.schemas:
+            if schema.schema_id not in side.schemas and schema.schema_id not in side.rejected:
+                rows = ids == schema.schema_id
+                errors.set(
+                    rows,
+                    f"its keys and kinds make a shape (schema id {schema.schema_id}) the table's "
+                    "layout has not folded yet: read it again once the table has it",
+                )
+                ids[rows] = -1
+        return ids >= 0, ids
 
     # -- encode
 
@@ -616,7 +662,10 @@ class TypedRows:
             else:
                 single = "key" if key else "value"
                 values = _project(_chunk(selected.column(single)), target)
-            pieces.append(frame_payloads(int(schema_id), codec.encode(schema, values)))
+            payloads = codec.encode(schema, values)
+            if codecs.shape_codec is None:
+                payloads = frame_payloads(int(schema_id), payloads)
+            pieces.append(_binary(payloads))
             order.append(positions)
         if every_row:
             return pieces[0]

@@ -23,12 +23,20 @@ from bergstream.core.api import (
     SchemaNotFound,
     SchemaSource,
     ServiceContext,
+    StoredSchemas,
     TopicCodecs,
     TopicCodecsResolver,
 )
 from bergstream.pipeline.session import PipelineSetupError
 
-__all__ = ["SchemasNeeded", "ShippedSchemas", "TopicTyping", "needed_by", "topic_typing"]
+__all__ = [
+    "SchemasNeeded",
+    "ShippedSchemas",
+    "TopicTyping",
+    "needed_by",
+    "shape_sides",
+    "topic_typing",
+]
 
 _MARKER = "bergstream-pipeline-needs"
 _NEEDS = re.compile(_MARKER + r"(\{[^}]*\})")
@@ -53,12 +61,24 @@ def topic_typing(context: ServiceContext, topic: str) -> TopicTyping | None:
     if codecs is None:
         return None
     client = resolver.registry_client
-    if client is None:
-        raise PipelineSetupError(
-            f"topic '{topic}' has a codec rule in codecs.topics but codecs.schema_registry is "
-            "not set: set its url"
-        )
-    return TopicTyping(codecs, client)
+    if client is not None:
+        return TopicTyping(codecs, client)
+    sides = [side for side in (codecs.value, codecs.key) if side is not None]
+    if all(side.shape_codec is not None for side in sides):
+        return TopicTyping(codecs, StoredSchemas())  # plain values: no registry to ask
+    raise PipelineSetupError(
+        f"topic '{topic}' has a codec rule in codecs.topics but codecs.schema_registry is "
+        "not set: set its url"
+    )
+
+
+def shape_sides(codecs: TopicCodecs) -> tuple[str, ...]:
+    """The input columns (``kafka_value``, ``kafka_key``) whose values a shape codec reads."""
+    return tuple(
+        column
+        for column, side in (("kafka_value", codecs.value), ("kafka_key", codecs.key))
+        if side is not None and side.shape_codec is not None
+    )
 
 
 class SchemasNeeded(LookupError):

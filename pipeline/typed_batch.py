@@ -30,6 +30,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from bergstream.core.api import (
     SCHEMA_PROPERTY_PREFIX,
     RegisteredSchema,
@@ -38,9 +40,16 @@ from bergstream.core.api import (
     TypedLayout,
     TypedRows,
     build_layout,
+    build_layout_of_shapes,
 )
 from bergstream.pipeline.tables import LakeTable, TableSchema, s3_filesystem_options
-from bergstream.pipeline.typed import SchemasNeeded, ShippedSchemas, TopicTyping, needed_by
+from bergstream.pipeline.typed import (
+    SchemasNeeded,
+    ShippedSchemas,
+    TopicTyping,
+    needed_by,
+    shape_sides,
+)
 from bergstream.pipeline.typed_files import (
     WRITTEN_FILES_SCHEMA,
     FileTarget,
@@ -48,7 +57,13 @@ from bergstream.pipeline.typed_files import (
     file_target,
     write_files,
 )
-from bergstream.pipeline.typed_worker import CausesParam, DecodeJob, decode_batches
+from bergstream.pipeline.typed_worker import (
+    TELLING_SCHEMA,
+    CausesParam,
+    DecodeJob,
+    decode_batches,
+    telling_values,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -178,7 +193,10 @@ class TypedBatches:
         shipped = ShippedSchemas()
         source = _DriverSchemas(self.typing, shipped)
         base = self.table.current_schema()
-        layout = build_layout(base.schema, base.last_column_id, self.typing.codecs, source)
+        if shape_sides(self.typing.codecs):
+            layout = self._layout_of_shapes(rows, base, source)
+        else:
+            layout = build_layout(base.schema, base.last_column_id, self.typing.codecs, source)
         if not layout.typed:
             append(rows)  # no version of the subject yet: raw rows, as for an untyped topic
             return Counter()
@@ -194,6 +212,42 @@ class TypedBatches:
         return Counter(causes.value)
 
     # ------------------------------------------------------------------ driver steps
+
+    def _layout_of_shapes(
+        self, rows: DataFrame, base: TableSchema, source: _DriverSchemas
+    ) -> TypedLayout:
+        """The layout of a batch of plain values: one pass over the batch picks the values that
+        make its shapes (a few per shape), the driver folds them (the values a shape codec
+        reads; see :func:`~bergstream.core.api.build_layout_of_shapes`)."""
+        codecs = self.typing.codecs
+        by_column = {
+            column: side.shape_codec
+            for column, side in (("kafka_value", codecs.value), ("kafka_key", codecs.key))
+            if side is not None and side.shape_codec is not None
+        }
+        picked = rows.select(*by_column).mapInArrow(
+            functools.partial(telling_values, by_column), TELLING_SCHEMA
+        )
+        telling: dict[str, list[bytes]] = {column: [] for column in by_column}
+        for row in picked.toLocalIterator():
+            telling[row["column"]].append(bytes(row["value"]))
+
+        def values(column: str) -> pa.Array | None:
+            if column not in telling:
+                return None
+            return pa.array(telling[column], pa.large_binary())
+
+        shaped = build_layout_of_shapes(
+            base.schema,
+            base.last_column_id,
+            codecs,
+            source,
+            values("kafka_value"),
+            values("kafka_key"),
+        )
+        for schema in shaped.shapes.values():
+            source.shipped.by_id.setdefault(schema.schema_id, schema)
+        return shaped.layout
 
     def _read_needed(self, needs: SchemasNeeded, source: _DriverSchemas) -> None:
         """Read what workers asked for (and every schema seen for an earlier batch)."""
@@ -271,15 +325,15 @@ class TypedBatches:
         ]
         self.table.append_files(files, summary)
 
-    @staticmethod
-    def _framed(layout: TypedLayout) -> tuple[str, ...]:
+    def _framed(self, layout: TypedLayout) -> tuple[str, ...]:
         """The input columns holding framed values to decode."""
         framed = []
         if layout.value is not None:
             framed.append("kafka_value")
         if layout.key is not None:
             framed.append("kafka_key")
-        return tuple(framed)
+        plain = shape_sides(self.typing.codecs)
+        return tuple(column for column in framed if column not in plain)
 
     def _frame(
         self, rows: DataFrame, layout: TypedLayout, shipped: ShippedSchemas, causes: object
@@ -293,21 +347,16 @@ class TypedBatches:
                 f"{expected}"
             )
         passthrough = set(_UNCHANGED)
-        framed = []
-        if layout.value is not None:
-            framed.append("kafka_value")
-        else:
+        if layout.value is None:
             passthrough.add("kafka_value")
-        if layout.key is not None:
-            framed.append("kafka_key")
-        else:
+        if layout.key is None:
             passthrough.add("kafka_key")
         job = DecodeJob(
             rows=TypedRows(layout, self.typing.codecs, shipped),
             schemas=shipped,
             names=names,
             passthrough=frozenset(passthrough),
-            framed=tuple(framed),
+            framed=self._framed(layout),
             causes=causes,
         )
         return rows.mapInArrow(functools.partial(decode_batches, job), target)

@@ -18,13 +18,24 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bergstream.core.api import DecodedRows, TypedRows, split_framing
+from bergstream.core.api import DecodedRows, ShapeCodec, TypedRows, split_framing
 from bergstream.pipeline.spark_arrow import to_spark_array
 from bergstream.pipeline.typed import ShippedSchemas
 
-__all__ = ["CausesParam", "DecodeJob", "decode_batch", "decode_batches"]
+__all__ = [
+    "TELLING_SCHEMA",
+    "CausesParam",
+    "DecodeJob",
+    "decode_batch",
+    "decode_batches",
+    "telling_values",
+]
 
 Causes = Counter[tuple[str, str]]
+
+#: What :func:`telling_values` yields (a Spark DDL schema): the input column, one of its values.
+TELLING_SCHEMA = "column string, value binary"
+_TELLING_ARROW = pa.schema([("column", pa.string()), ("value", pa.binary())])
 
 
 class CausesParam:
@@ -93,3 +104,21 @@ def decode_batches(job: DecodeJob, batches: Iterator[pa.RecordBatch]) -> Iterato
     finally:
         if causes:
             job.causes.add(causes)
+
+
+def telling_values(
+    codecs: dict[str, ShapeCodec], batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function (bind ``codecs``, input column -> its shape codec, with
+    ``functools.partial``) that picks out, per batch, the values whose shapes make the batch's:
+    the driver folds those few instead of every value (:data:`TELLING_SCHEMA`)."""
+    for batch in batches:
+        for column, codec in codecs.items():
+            values = _array(batch.column(column))
+            if not pa.types.is_large_binary(values.type):
+                values = values.cast(pa.large_binary())
+            rows = codec.telling_rows(values)
+            if len(rows):
+                picked = values.take(pa.array(rows)).cast(pa.binary())
+                names = pa.array([column] * len(rows), pa.string())
+                yield pa.RecordBatch.from_arrays([names, picked], schema=_TELLING_ARROW)

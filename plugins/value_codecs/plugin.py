@@ -1,5 +1,5 @@
-"""Registers the ``raw``, ``avro``, ``json-schema`` and ``protobuf`` value codecs through the
-``bergstream`` entry-point group."""
+"""Registers the ``raw``, ``avro``, ``json-schema``, ``protobuf`` and ``json`` value codecs
+through the ``bergstream`` entry-point group."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from bergstream.core.api import (
 )
 from bergstream.plugins.value_codecs.codec import AvroCodec, RawCodec
 from bergstream.plugins.value_codecs.json_codec import JsonSchemaCodec
+from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
 from bergstream.plugins.value_codecs.protobuf_codec import ProtobufCodec
 
 
@@ -34,9 +35,15 @@ def create_protobuf_codec(config: EmptyConfig, context: ServiceContext) -> Proto
     return ProtobufCodec()
 
 
+def create_plain_json_codec(config: EmptyConfig, context: ServiceContext) -> PlainJsonCodec:
+    """The ``json`` codec (no settings)."""
+    return PlainJsonCodec()
+
+
 @hookimpl
 def register_value_codecs() -> list[ValueCodecRegistration]:
-    """Register the ``raw``, ``avro``, ``json-schema`` and ``protobuf`` value codecs."""
+    """Register the ``raw``, ``avro``, ``json-schema``, ``protobuf`` and ``json`` value
+    codecs."""
     return [
         ValueCodecRegistration(
             name="raw",
@@ -64,5 +71,13 @@ def register_value_codecs() -> list[ValueCodecRegistration]:
             config_model=EmptyConfig,
             description="Protobuf values of a Schema Registry schema (.proto text or a "
             "serialized descriptor; Confluent framing with message indexes) as typed columns",
+        ),
+        ValueCodecRegistration(
+            name="json",
+            factory=create_plain_json_codec,
+            config_model=EmptyConfig,
+            needs_registry=False,
+            description="plain JSON objects, no registry: a column per top-level key, types "
+            "inferred per batch; values not in the compact form of their shape keep their bytes",
         ),
     ]

@@ -126,6 +126,14 @@ class TopicLayouts:
         codecs = self._codecs(topic)
         if codecs is None:
             return None
+        for side in (codecs.value, codecs.key):
+            if side is not None and side.shape_codec is not None:
+                raise TableNotServable(
+                    f"topic {topic!r} has plain values read by a codec that infers their columns "
+                    "(such as json): ISK does not serve such topics yet; read its coldset "
+                    "through the lake's own catalog, or give the topic a codec of registered "
+                    "schemas"
+                )
         client = self.codecs.registry_client
         if client is None:
             raise TableNotServable(

@@ -1,0 +1,176 @@
+"""Plain JSON values (the ``json`` codec, no registry) whose keys appear, disappear and change
+type over three pipeline runs: each top-level key becomes a column the first time it is seen,
+with the type its batch shows (integers and numbers together make a double); a later value the
+column cannot hold (Iceberg cannot widen a long or a double in place) keeps its bytes with the
+cause, as a registered schema the table cannot take does. PyIceberg and Spark read what the
+values mean; after DeleteRecords of everything, KSI serves every record byte for byte from the
+coldset."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bergstream.core.api import VALUE_ERROR_COLUMN, VALUE_SCHEMA_ID_COLUMN
+from bergstream.pipeline.settings import PipelineLake
+from bergstream.pipeline.stream import run_pipeline
+from bergstream.pipeline.typed import topic_typing
+from tests.isk_typed.avro_kit import typed_context
+from tests.ksi.stack_kit import start_ksi_proxy
+from tests.pipeline.lake_testkit import Produced, consume_all, produce, table_rows_spark
+from tests.pipeline.property_kit import delete_everything, read_all
+from tests.pipeline.test_typed_formats import by_position_seen
+from tests.pipeline.typed_kit import FIRST_MS, coldset, sorted_rows
+
+pytestmark = pytest.mark.slow
+
+PARTS = 2
+CURRENCIES = ("EUR", "USD", "JPY")
+
+
+def compact(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def first_batch() -> list[bytes]:
+    """id, currency, amount (whole and fractional: a double), and odd ones."""
+    values = [
+        compact({"id": i, "currency": CURRENCIES[i % 3], "amount": i * 10 + (i % 2) * 0.5})
+        for i in range(12)
+    ]
+    values[4] = compact({"id": 4, "currency": "EUR", "amount": 40})  # "40": reads 40.0
+    values.append(b'{"id": 12, "currency": "EUR", "amount": 1.5}')  # spaced
+    values.append(b"[1,2]")  # not an object
+    values.append(b'{"id":')  # not JSON
+    return values
+
+
+def second_batch() -> list[bytes]:
+    """note and tags appear, amount disappears from some, an id turns into a string."""
+    values = []
+    for i in range(15, 27):
+        value: dict[str, Any] = {"id": i, "currency": CURRENCIES[i % 3]}
+        if i % 3:
+            value["amount"] = i + 0.25
+        if i % 2:
+            value["note"] = f"order {i} ✓"
+        value["tags"] = [f"t{j}" for j in range(i % 3)]
+        values.append(compact(value))
+    values.append(compact({"id": "X-27", "currency": "EUR", "amount": 2.5}))  # long column
+    return values
+
+
+def third_batch() -> list[bytes]:
+    """flag and a nested meta object appear; amount turns into a string in one."""
+    values = [
+        compact({"id": i, "amount": i * 1.5, "flag": i % 2 == 0,
+                 "meta": {"src": "web" if i % 2 else "app", "n": i}})
+        for i in range(30, 40)
+    ]  # fmt: skip
+    values.append(compact({"id": 40, "amount": "12.50"}))  # double column
+    return values
+
+
+def expected_row(text: bytes, columns: list[str]) -> dict[str, Any]:
+    """What the table holds for one value: its columns, its kept bytes, whether it failed."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        return {"failed": True, "shaped": False, "kept": text, **dict.fromkeys(columns)}
+    if isinstance(value.get("id"), str) or isinstance(value.get("amount"), str):
+        # refused shapes
+        return {"failed": True, "shaped": True, "kept": text, **dict.fromkeys(columns)}
+    row = {c: value.get(c) for c in columns}
+    if isinstance(row["amount"], int):
+        row["amount"] = float(row["amount"])
+    canonical = text == compact(value) and not isinstance(value.get("amount"), int)
+    return {"failed": False, "shaped": True, "kept": None if canonical else text, **row}
+
+
+def test_plain_json_keys_appear_disappear_and_change_type(
+    spark: Any,
+    lake: PipelineLake,
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    topic = create_topic(PARTS, prefix="typed-plain-json")
+    codecs = {"topics": [{"match": topic, "value": "json"}]}  # no registry at all
+    typing = topic_typing(typed_context(tmp_path, codecs), topic)
+    assert typing is not None
+    produced: list[bytes] = []
+    for batch in (first_batch(), second_batch(), third_batch()):
+        start = len(produced)
+        produce(kafka_bootstrap, topic, [
+            Produced(n % PARTS, b"k%d" % n, v, (("n", b"%d" % n),), FIRST_MS + n)
+            for n, v in enumerate(batch, start)
+        ])  # fmt: skip
+        produced.extend(batch)
+        result = run_pipeline(
+            spark, lake, topic, once=True, report=lambda line: None, codecs=typing
+        )
+        assert result.records == len(batch)
+
+    table = coldset(lake, topic)
+    schema = table.schema()
+    columns = ["id", "currency", "amount", "note", "tags", "flag", "meta"]
+    # columns in the order their keys were first met (the driver folds partition by partition)
+    assert sorted(f.name for f in schema.fields[-len(columns) :]) == sorted(columns)
+    types = {c: str(schema.find_field(c).field_type) for c in columns}
+    assert types["id"] == "long" and types["amount"] == "double"
+    assert types["tags"].startswith("list<string>") and types["flag"] == "boolean"
+    assert types["meta"].startswith("struct<")
+
+    rows = sorted_rows(table.scan().to_arrow())
+    assert len(rows) == len(produced)
+    for row in rows:
+        number = int(row["kafka_headers"][0]["value"])
+        want = expected_row(produced[number], columns)
+        where = f"record {number}: {produced[number]!r}"
+        assert (row[VALUE_ERROR_COLUMN] is not None) == want["failed"], (where, row)
+        assert row["kafka_value"] == want["kept"], where
+        assert {c: row[c] for c in columns} == {c: want[c] for c in columns}, where
+        assert (row[VALUE_SCHEMA_ID_COLUMN] is not None) == want["shaped"], where
+    causes = {row[VALUE_ERROR_COLUMN] for row in rows if row[VALUE_ERROR_COLUMN]}
+    assert any("long" in c and "string" in c for c in causes), causes
+    assert any("double" in c and "string" in c for c in causes), causes
+    assert "value: not a JSON object but an array" in causes
+
+    spark_columns = ["kafka_partition", "kafka_offset", "kafka_value", VALUE_SCHEMA_ID_COLUMN,
+                     VALUE_ERROR_COLUMN, *columns[:-1]]  # fmt: skip
+    by_spark = table_rows_spark(spark, lake, topic)
+    assert [[r[c] for c in spark_columns] for r in by_spark] == [
+        [r[c] for c in spark_columns] for r in rows
+    ]
+
+    # KSI gives every record back byte for byte from the coldset alone.
+    records = consume_all(kafka_bootstrap, topic, PARTS)
+    seen = by_position_seen(records)
+    ends = {p: 1 + max(r.record.offset for r in records if r.partition == p) for p in range(PARTS)}
+    delete_everything(kafka_bootstrap, topic, ends)
+    sections = {
+        "lake": {
+            "kafka_bootstrap": lake.config.kafka_bootstrap,
+            "namespace": lake.namespace,
+            "catalog": {
+                "type": lake.catalog_type,
+                "name": lake.catalog_name,
+                "uri": lake.catalog_uri,
+                "warehouse": lake.warehouse,
+            },
+        },
+        "codecs": codecs,
+    }
+    config = "".join(f"\n{name}: {json.dumps(body)}\n" for name, body in sections.items())
+    proxy = start_ksi_proxy(tmp_path, kafka_bootstrap, [topic], config)
+    try:
+        got = read_all(proxy.bootstrap, topic, PARTS, len(seen))
+    finally:
+        proxy.stop()
+    assert got == seen, proxy.log()[-3000:]

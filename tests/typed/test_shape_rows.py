@@ -1,0 +1,130 @@
+"""Typed rows of plain JSON values (the ``json`` codec, no framing): the layout of a batch's
+shapes, decoding them into columns, and encoding every row back to its bytes."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+from pyiceberg.types import DoubleType, LongType, StringType
+
+from bergstream.core.api import (
+    ROW_ARROW_SCHEMA,
+    ROW_SCHEMA,
+    VALUE_ERROR_COLUMN,
+    VALUE_SCHEMA_ID_COLUMN,
+    SideCodecs,
+    StoredSchemas,
+    TopicCodecs,
+    TypedRows,
+    build_layout_of_shapes,
+)
+from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
+
+LAST_ID = ROW_SCHEMA.highest_field_id
+
+
+def codecs() -> TopicCodecs:
+    return TopicCodecs("t", SideCodecs({"JSON": PlainJsonCodec()}, "t-value"))
+
+
+def rows(values: list[bytes | None]) -> pa.Table:
+    count = len(values)
+    return pa.Table.from_pydict(
+        {
+            "kafka_partition": [0] * count,
+            "kafka_offset": list(range(count)),
+            "kafka_timestamp": [0] * count,
+            "kafka_timestamp_type": [0] * count,
+            "kafka_key": [None] * count,
+            "kafka_headers": [[]] * count,
+            "kafka_value": values,
+        },
+        schema=ROW_ARROW_SCHEMA,
+    )
+
+
+FIRST = [
+    b'{"id":1,"amount":5,"currency":"EUR"}',
+    b'{"id":2,"amount":7.25,"currency":"USD"}',
+    b'{"currency":"EUR","id":3,"amount":1.5}',  # another key order: another shape
+    b'{"id": 4, "amount": 2.5, "currency": "EUR"}',  # spaced: decodes, keeps its bytes
+    None,  # a tombstone
+    b"[1,2]",
+    b"{oops",
+]
+
+
+def decoded(values: list[bytes | None]) -> tuple[pa.Table, TypedRows]:
+    batch = rows(values)
+    shaped = build_layout_of_shapes(
+        ROW_SCHEMA, LAST_ID, codecs(), StoredSchemas(), batch.column("kafka_value").combine_chunks()
+    )
+    typed = TypedRows(shaped.layout, codecs(), StoredSchemas().add(list(shaped.shapes.values())))
+    return typed.decode(batch).table, typed
+
+
+def test_a_batch_of_plain_json_becomes_columns_and_back() -> None:
+    table, typed = decoded(FIRST)
+    layout = typed.layout
+    assert [f.name for f in layout.schema.fields][-3:] == ["id", "amount", "currency"]
+    assert layout.schema.find_field("amount").field_type == DoubleType()  # 5 and 7.25 together
+    assert layout.schema.find_field("id").field_type == LongType()
+    assert layout.schema.find_field("currency").field_type == StringType()
+    got = table.select(["id", "amount", "currency"]).to_pylist()
+    assert got[:4] == [
+        {"id": 1, "amount": 5.0, "currency": "EUR"},
+        {"id": 2, "amount": 7.25, "currency": "USD"},
+        {"id": 3, "amount": 1.5, "currency": "EUR"},
+        {"id": 4, "amount": 2.5, "currency": "EUR"},
+    ]
+    kept = table.column("kafka_value").to_pylist()
+    # "5" reads 5.0 (kept), the spaced text is kept; the canonical ones are not
+    assert kept == [FIRST[0], None, None, FIRST[3], None, FIRST[5], FIRST[6]]
+    ids = table.column(VALUE_SCHEMA_ID_COLUMN).to_pylist()
+    assert ids[0] == ids[1] == ids[3] != ids[2] and ids[4:] == [None, None, None]
+    errors = table.column(VALUE_ERROR_COLUMN).to_pylist()
+    assert errors[:5] == [None] * 5
+    assert errors[5] == "value: not a JSON object but an array"
+    assert errors[6] is not None and errors[6].startswith("corrupt payload")
+    _, again = typed.encode(table)
+    assert again.to_pylist() == FIRST
+
+
+def test_a_shape_the_layout_has_not_folded_stays_raw_with_its_cause() -> None:
+    _, typed = decoded(FIRST)
+    later = [b'{"id":9,"note":"new key"}', b'{"id":10,"amount":1.0,"currency":"EUR"}']
+    table = typed.decode(rows(later)).table
+    assert table.column("kafka_value").to_pylist()[0] == later[0]
+    error = table.column(VALUE_ERROR_COLUMN).to_pylist()[0]
+    assert error is not None and "has not folded yet" in error
+    assert table.column("amount").to_pylist() == [None, 1.0]
+    _, again = typed.encode(table)
+    assert again.to_pylist() == later
+
+
+def test_a_later_batch_adds_columns_and_a_type_the_table_cannot_take_stays_raw() -> None:
+    _, typed = decoded([b'{"id":1,"n":2}'])
+    base = typed.layout
+    later = [b'{"id":2,"n":2.5}', b'{"id":3,"n":4,"tags":["a","b"]}']
+    batch = rows(later)
+    shaped = build_layout_of_shapes(
+        base.schema,
+        base.last_column_id,
+        codecs(),
+        StoredSchemas(),
+        batch.column("kafka_value").combine_chunks(),
+    )
+    layout = shaped.layout
+    assert layout.schema.find_field("n").field_type == LongType()  # no long -> double in place
+    assert layout.value is not None and len(layout.value.rejected) == 1
+    (why,) = layout.value.rejected.values()
+    assert "long" in why and "double" in why
+    assert layout.schema.find_field("tags").field_type.element_type == StringType()
+    rows_again = TypedRows(layout, codecs(), StoredSchemas().add(list(shaped.shapes.values())))
+    table = rows_again.decode(batch).table
+    assert table.column("kafka_value").to_pylist() == [later[0], None]
+    assert table.column("tags").to_pylist() == [None, ["a", "b"]]
+    assert json.loads(later[0])["n"] == 2.5
+    _, again = rows_again.encode(table)
+    assert again.to_pylist() == later

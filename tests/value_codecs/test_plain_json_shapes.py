@@ -1,0 +1,227 @@
+"""The ``json`` codec's shapes: kinds and their joins, what a window declares, that declaring is
+idempotent once the declarations are folded into a table (hypothesis), and that canonical rows
+of every shape re-encode to their own bytes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyiceberg.types import DoubleType, IcebergType, LongType, StringType
+
+from bergstream.core.api import (
+    ROW_SCHEMA,
+    RegisteredSchema,
+    SideCodecs,
+    StoredSchemas,
+    TopicCodecs,
+    TypedLayout,
+    build_layout,
+)
+from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
+from bergstream.plugins.value_codecs.plain_json_shapes import (
+    Kind,
+    declare_shapes,
+    join,
+    kind_of,
+    observe,
+)
+
+SUBJECT = "t-value"
+
+
+def payloads(*values: Any) -> pa.Array:
+    return pa.array(
+        [None if v is None else (v if isinstance(v, bytes) else json.dumps(v).encode())
+         for v in values],
+        pa.large_binary(),
+    )  # fmt: skip
+
+
+def declared(*values: Any, columns: dict[str, IcebergType] | None = None) -> list[dict[str, Any]]:
+    found = observe(payloads(*values))
+    texts = declare_shapes(found.shapes, columns, window=columns is None)
+    return [json.loads(text) for text in texts]
+
+
+def fold(schemas: list[RegisteredSchema], base: TypedLayout | None = None) -> TypedLayout:
+    """The layout of a table whose values had these shapes (in this order)."""
+    codec = PlainJsonCodec()
+    numbered = [replace(s, version=i + 1) for i, s in enumerate(schemas)]
+    codecs = TopicCodecs("t", SideCodecs({"JSON": codec}, SUBJECT))
+    schema = ROW_SCHEMA if base is None else base.schema
+    last = ROW_SCHEMA.highest_field_id if base is None else base.last_column_id
+    return build_layout(schema, last, codecs, StoredSchemas().add(numbered))
+
+
+def value_columns(layout: TypedLayout) -> dict[str, IcebergType]:
+    assert layout.value is not None
+    return {c: layout.schema.find_field(c).field_type for c in layout.value.columns}
+
+
+def test_kinds_join() -> None:
+    assert join(kind_of(1), kind_of(1.5)) == Kind("number")
+    assert join(kind_of(None), kind_of("a")) == Kind("string", True)
+    assert join(kind_of("a"), kind_of(2)).name == "mixed"
+    assert kind_of(2**64).name == "number"  # beyond a long
+    obj = join(kind_of({"a": 1}), kind_of({"b": "x", "a": 2.0}))
+    assert obj == Kind("object", fields=(("a", Kind("number")), ("b", Kind("string"))))
+    assert join(kind_of([]), kind_of([1, None])) == Kind("array", items=Kind("integer", True))
+
+
+def test_window_declares_columns_from_all_its_rows() -> None:
+    first, second, third = declared(
+        {"id": 1, "amount": 5, "tag": "a"},
+        {"id": 2, "amount": 5.5, "tag": 7},
+        {"tag": None, "id": 3},
+    )
+    assert first["properties"] == {
+        "id": {"type": "integer"},
+        "amount": {"type": "number"},  # the window also holds 5.5
+        "tag": {"type": "string"},  # a string in a column of mixed kinds: its text
+    }
+    assert second["properties"]["tag"] == {}  # any other kind there: its JSON text
+    assert list(third["properties"]) == ["tag", "id"]  # the shape's own key order
+    assert third["properties"]["tag"] == {"type": ["string", "null"]}
+
+
+def test_table_columns_decide_over_the_window() -> None:
+    (shape,) = declared({"amount": 5, "n": 1.5}, columns={"amount": DoubleType(), "n": LongType()})
+    # a double column takes integers; a number where the table has a long is declared as it
+    # is (the fold refuses it: its rows keep their bytes)
+    assert shape["properties"] == {"amount": {"type": "number"}, "n": {"type": "number"}}
+    (text,) = declared({"s": [1, "x"]}, columns={"s": StringType()})
+    assert text["properties"]["s"] == {}
+
+
+def test_nested_objects_and_arrays() -> None:
+    (shape,) = declared(
+        {"m": {"a": 1, "b": None}, "l": [], "x": [{"k": 1}, {"k": 2, "j": "s"}]},
+    )
+    assert shape["properties"]["m"] == {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": ["string", "null"]}},
+    }
+    assert shape["properties"]["l"] == {"type": "array", "items": {"type": "string"}}
+    assert shape["properties"]["x"]["items"]["properties"] == {
+        "k": {"type": "integer"},
+        "j": {"type": "string"},
+    }
+    (conflict,) = declared({"m": {"a": 1}}, {"m": {"a": "one"}})[:1]
+    assert conflict["properties"]["m"] == {}  # a conflict inside: the whole value as text
+
+
+def test_rows_without_shape_say_why() -> None:
+    found = observe(payloads(b"[1]", b"{", b"\xff", None, b"3", b'{"a":1}'))
+    assert found.shape_of.tolist() == [-1, -1, -1, -1, -1, 0]
+    assert found.errors[0] == "value: not a JSON object but an array"
+    assert found.errors[1] is not None and found.errors[1].startswith("corrupt payload")
+    assert found.errors[2] is not None and "UTF-8" in found.errors[2]
+    assert found.errors[3] is None
+    assert found.errors[4] == "value: not a JSON object but an integer"
+
+
+def test_too_many_shapes_keep_their_bytes() -> None:
+    found = observe(payloads(*({f"k{i}": i} for i in range(5))), limit=3)
+    assert found.shape_of.tolist() == [0, 1, 2, -1, -1]
+    assert found.errors[3] is not None and "more than 3 distinct key sets" in found.errors[3]
+
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=3)
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["a", "b", "c"]), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_OBJECTS = st.dictionaries(st.sampled_from(["id", "amount", "tag", "meta", "l"]), _VALUES)
+
+
+def settle(values: pa.Array, base: TypedLayout | None = None) -> tuple[Any, TypedLayout]:
+    """What a driver does with a new batch: declare with the window, fold, declare again
+    against the folded columns, fold those."""
+    codec = PlainJsonCodec()
+    columns = value_columns(base) if base is not None and base.value is not None else None
+    first = codec.shapes(values, columns, SUBJECT, window=True)
+    made = fold(first.schemas, base)
+    final = codec.shapes(values, value_columns(made), SUBJECT)
+    layout = fold(final.schemas, base)
+    assert layout.schema.as_struct() == made.schema.as_struct()
+    return final, layout
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(_OBJECTS, min_size=1, max_size=12),
+    st.lists(_OBJECTS, max_size=12),
+    st.integers(0, 12),
+)
+def test_declarations_settle_and_rows_round_trip(
+    window: list[dict[str, Any]], later: list[dict[str, Any]], cut: int
+) -> None:
+    codec = PlainJsonCodec()
+    values = payloads(*window)
+    final, layout = settle(values)
+    by_id = {s.schema_id: s.schema for s in final.schemas}
+    # any batch of the same rows, against the folded table, declares the same schemas
+    for part in (values[:cut], values[cut:]):
+        if len(part):
+            found = codec.shapes(part, value_columns(layout), SUBJECT)
+            assert all(by_id.get(s.schema_id) == s.schema for s in found.schemas)
+    again = codec.shapes(values, value_columns(layout), SUBJECT)
+    assert again.ids.tolist() == final.ids.tolist()
+    if later:  # a later batch settles against that table too
+        settle(payloads(*later), layout)
+    # every shape's rows decode; the ones that keep no bytes re-encode exactly
+    assert layout.value is not None
+    for schema in final.schemas:
+        rows = [i for i, shape in enumerate(final.ids.tolist()) if shape == schema.schema_id]
+        chosen = values.take(pa.array(rows))
+        decoded = codec.decode(schema, chosen)
+        assert decoded.errors == [None] * len(rows), (schema.schema, decoded.errors)
+        exact = [i for i, keep in enumerate(decoded.keep_bytes.tolist()) if not keep]
+        if exact:
+            again_bytes = codec.encode(schema, decoded.values.take(pa.array(exact)))
+            assert again_bytes.to_pylist() == chosen.take(pa.array(exact)).to_pylist()
+
+
+def test_compact_rows_keep_no_bytes() -> None:
+    codec = PlainJsonCodec()
+    texts = [
+        b'{"id":1,"amount":2.5,"tags":["a"],"m":{"x":null}}',
+        b'{"id":2,"amount":3.0,"tags":[],"m":{"x":"y"}}',
+    ]
+    values = pa.array(texts, pa.large_binary())
+    shapes = codec.shapes(values, None, SUBJECT)
+    (schema,) = shapes.schemas
+    decoded = codec.decode(schema, values)
+    assert decoded.keep_bytes.tolist() == [False, False]
+    assert decoded.values.to_pylist() == [
+        {"id": 1, "amount": 2.5, "tags": ["a"], "m": {"x": None}},
+        {"id": 2, "amount": 3.0, "tags": [], "m": {"x": "y"}},
+    ]
+    assert codec.encode(schema, decoded.values).to_pylist() == texts
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_OBJECTS, min_size=1, max_size=20))
+def test_telling_rows_declare_what_the_whole_batch_declares(window: list[dict[str, Any]]) -> None:
+    codec = PlainJsonCodec()
+    values = payloads(*window)
+    telling = codec.telling_rows(values)
+    assert len(telling) <= len(window)
+    whole = codec.shapes(values, None, SUBJECT, window=True)
+    few = codec.shapes(values.take(pa.array(telling)), None, SUBJECT, window=True)
+    assert [s.schema for s in few.schemas] == [s.schema for s in whole.schemas]
