@@ -166,6 +166,7 @@ from bergstream.core.row_contract import (
     parse_boundary,
     record_to_row,
     row_to_record,
+    schema_property,
     table_boundary,
     typed_layout,
 )
@@ -386,6 +387,7 @@ __all__ = [
     "run_cache_conformance",
     "run_index_conformance",
     "s3_properties",
+    "schema_property",
     "shared_registry_client",
     "sigv4",
     "split_batches",

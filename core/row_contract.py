@@ -102,6 +102,7 @@ __all__ = [
     "parse_boundary",
     "record_to_row",
     "row_to_record",
+    "schema_property",
     "table_boundary",
     "typed_layout",
 ]
@@ -522,11 +523,23 @@ class TypedLayout:
             if side is None:
                 continue
             for schema_id, schema in side.schemas.items():
-                out[f"{SCHEMA_PROPERTY_PREFIX}{schema_id}"] = json.dumps(
-                    {"schemaType": schema.schema_type, "schema": schema.schema},
-                    separators=(",", ":"),
-                )
+                out[f"{SCHEMA_PROPERTY_PREFIX}{schema_id}"] = schema_property(schema)
         return out
+
+
+def schema_property(schema: RegisteredSchema, *, with_subject: bool = False) -> str:
+    """The value of a ``bergstream.schema.<id>`` table property: the schema's type, text and
+    references (what it takes to load it again without the registry); ``with_subject`` adds
+    its subject and version (a schema others reference is found by them)."""
+    body: dict[str, Any] = {"schemaType": schema.schema_type, "schema": schema.schema}
+    if schema.references:
+        body["references"] = [
+            {"name": r.name, "subject": r.subject, "version": r.version} for r in schema.references
+        ]
+    if with_subject and schema.subject is not None:
+        body["subject"] = schema.subject
+        body["version"] = schema.version
+    return json.dumps(body, separators=(",", ":"))
 
 
 def layout_columns(schema: Schema) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -24,10 +24,9 @@ nothing behind (Iceberg commits the append atomically), so no record is lost or 
 from __future__ import annotations
 
 import functools
-import json
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -41,6 +40,7 @@ from bergstream.core.api import (
     TypedRows,
     build_layout,
     build_layout_of_shapes,
+    schema_property,
 )
 from bergstream.pipeline.tables import LakeTable, TableSchema, s3_filesystem_options
 from bergstream.pipeline.typed import (
@@ -108,10 +108,27 @@ class _DriverSchemas:
         return list(self.shipped.subjects[subject])
 
 
-def _property(schema: RegisteredSchema) -> str:
-    return json.dumps(
-        {"schemaType": schema.schema_type, "schema": schema.schema}, separators=(",", ":")
-    )
+def _referenced(
+    layout: TypedLayout, extra: Iterable[RegisteredSchema], shipped: ShippedSchemas
+) -> list[RegisteredSchema]:
+    """The schemas the stored ones reference, and theirs (as read for this batch): kept in
+    the table too, so KSI loads a schema that imports others without the registry."""
+    pending = [
+        schema
+        for side in (layout.value, layout.key)
+        if side is not None
+        for schema in side.schemas.values()
+    ] + list(extra)
+    found: dict[int, RegisteredSchema] = {}
+    while pending:
+        for reference in pending.pop().references:
+            versions = shipped.subjects.get(reference.subject, [])
+            match = [s for s in versions if s.version == reference.version] or versions[-1:]
+            for schema in match:
+                if schema.schema_id not in found:
+                    found[schema.schema_id] = schema
+                    pending.append(schema)
+    return list(found.values())
 
 
 class TypedBatches:
@@ -276,7 +293,12 @@ class TypedBatches:
         """Commit the layout's schema and the schema properties the table lacks."""
         properties = layout.schema_properties()
         for schema_id, schema in self._extra.items():
-            properties.setdefault(f"{SCHEMA_PROPERTY_PREFIX}{schema_id}", _property(schema))
+            properties.setdefault(f"{SCHEMA_PROPERTY_PREFIX}{schema_id}", schema_property(schema))
+        for schema in _referenced(layout, self._extra.values(), shipped):
+            properties.setdefault(
+                f"{SCHEMA_PROPERTY_PREFIX}{schema.schema_id}",
+                schema_property(schema, with_subject=True),
+            )
         added = len(layout.schema.fields) - len(base.schema.fields)
         if self.table.commit_schema(layout.schema, layout.last_column_id, properties) and added:
             names = [f.name for f in layout.schema.fields[len(base.schema.fields) :]]

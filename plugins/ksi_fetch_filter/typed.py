@@ -31,6 +31,7 @@ from bergstream.core.api import (
     PluginRegistry,
     RegisteredSchema,
     RegistryUnavailable,
+    SchemaReference,
     SchemaRegistryClient,
     ServiceContext,
     StoredSchemas,
@@ -69,11 +70,19 @@ def stored_schemas(properties: dict[str, str]) -> StoredSchemas:
         try:
             schema_id = int(name.removeprefix(SCHEMA_PROPERTY_PREFIX))
             body = json.loads(text)
+            references = tuple(
+                SchemaReference(str(r["name"]), str(r["subject"]), int(r["version"]))
+                for r in body.get("references") or ()
+            )
+            version = body.get("version")
             found.append(
                 RegisteredSchema(
                     schema_id,
                     str(body.get("schemaType") or "AVRO").upper(),
                     str(body["schema"]),
+                    references,
+                    subject=body.get("subject"),
+                    version=int(version) if version is not None else None,
                 )
             )
         except (ValueError, KeyError, TypeError, AttributeError):
@@ -96,9 +105,11 @@ class TableSchemas:
         return self.registry.schema_by_id(schema_id)
 
     def subject_schemas(self, subject: str) -> list[RegisteredSchema]:
-        """The registry's versions of ``subject`` (schema references resolve through it)."""
-        if self.registry is None:
-            return self.stored.subject_schemas(subject)
+        """The versions of ``subject`` (schema references resolve through it): the ones the
+        table stored (the schemas its schemas reference), else the registry's."""
+        stored = self.stored.subject_schemas(subject)
+        if stored or self.registry is None:
+            return stored
         return self.registry.subject_schemas(subject)
 
 
