@@ -7,11 +7,12 @@ raw-bytes rule exactly as a topic written with registered JSON Schemas does.
 join: null joins anything into a nullable kind, ``integer`` and ``number`` into ``number``,
 objects field by field, arrays element-wise; anything else conflicts (``mixed``).
 
-**Shapes.** A row's shape is its top-level keys in the order its text has them and each key's
-top-level kind. The rows of one *window* (a batch of rows looked at together) with the same
-shape share one declared JSON Schema: the key order, and per key a type that fits the key's
-column. The column is the table's (``columns``) if it has one; else the one the window makes,
-from the join of the key's kinds over the whole window:
+**Shapes.** A row's shape is its keys in the order its text has them and each value's kind, at
+every level (an array's kind is the join of its elements' kinds): nothing but the row itself.
+Each shape is declared as a JSON Schema: the key order, and per key a type that fits the key's
+column (rows of different shapes may declare the same schema: they share it). The column is the
+table's (``columns``) if it has one; else the one the window (the batch looked at together)
+makes, from the join of the key's kinds over the whole window:
 
 - ``integer`` → long, ``number`` (or integers and numbers) → double, ``boolean``, ``string``,
   an object without conflicts → struct, an array without conflicts → list (a list of strings
@@ -162,7 +163,7 @@ def _nullable(kind: Kind, nullable: bool) -> Kind:
 
 @dataclass
 class Shape:
-    """One shape of a window: its keys and, per key, the join of its rows' kinds there."""
+    """One shape of a window: its keys and, per key, its value's kind."""
 
     keys: tuple[str, ...]
     kinds: list[Kind]
@@ -177,8 +178,8 @@ class ObservedRows:
     shape_of: np.ndarray
     errors: list[str | None]
     shapes: list[Shape] = field(default_factory=list)
-    #: rows that changed their shape's kinds (a shape's first row included): folding only these
-    #: declares what folding the whole window declares
+    #: the first row of each shape: folding only these declares what folding the whole window
+    #: declares
     telling: list[int] = field(default_factory=list)
 
 
@@ -221,27 +222,18 @@ def observe(values: pa.Array, limit: int = MAX_SHAPES) -> ObservedRows:
             got = "null" if parsed is None else kind_of(parsed).name
             errors[row] = f"value: not a JSON object but {'an' if got[0] in 'aeio' else 'a'} {got}"
             continue
-        kinds = [kind_of(v) for v in parsed.values()]
-        key = (tuple(parsed), tuple(k.name for k in kinds))
+        kinds = tuple(kind_of(v) for v in parsed.values())
+        key = (tuple(parsed), kinds)
         position = index.get(key)
         if position is None:
             if len(found.shapes) >= limit:
                 errors[row] = (
-                    f"more than {limit} distinct key sets in one batch: this one is kept as bytes"
+                    f"more than {limit} distinct shapes in one batch: this one is kept as bytes"
                 )
                 continue
             position = index[key] = len(found.shapes)
-            found.shapes.append(Shape(key[0], kinds))
+            found.shapes.append(Shape(key[0], list(kinds)))
             found.telling.append(row)
-        else:
-            shape = found.shapes[position]
-            joined = [
-                old if old == new else join(old, new)
-                for old, new in zip(shape.kinds, kinds, strict=True)
-            ]
-            if joined != shape.kinds:
-                shape.kinds = joined
-                found.telling.append(row)
         found.shapes[position].rows += 1
         shape_of[row] = position
     return found
@@ -341,6 +333,8 @@ def _declare(column: _Column, kind: Kind) -> dict[str, Any]:
         return _typed("number", nullable)
     if column.kind == "boolean" and kind.name == "boolean":
         return _typed("boolean", nullable)
+    if column.kind == "struct" and kind.name == "object" and not kind.fields:
+        return _of_column(column, nullable)  # {} into a struct: its fields, all null
     if column.kind == "struct" and kind.name == "object" and kind.clean:
         properties = {}
         for key, child in kind.fields:
