@@ -356,6 +356,37 @@ async def _hotset_rows(
         return schema, by_position(rows)
 
 
+def hotset_rows_of_codecs(
+    home: Path, bootstrap: str, codecs: dict[str, Any], topic: str, lake: ResolvedLake
+) -> tuple[Schema, list[dict[str, Any]]]:
+    """:func:`hotset_rows` for a ``codecs:`` section given as it is (e.g. a ``json`` rule and
+    no registry)."""
+    return asyncio.run(_hotset_rows_of_codecs(home, bootstrap, codecs, topic, lake))
+
+
+async def _hotset_rows_of_codecs(
+    home: Path, bootstrap: str, codecs: dict[str, Any], topic: str, lake: ResolvedLake
+) -> tuple[Schema, list[dict[str, Any]]]:
+    layouts = TopicLayouts(TopicCodecsResolver(typed_context(home, codecs)), LakeSchemas(lake))
+    async with KafkaReader(bootstrap) as reader:
+        provider = HotsetProvider(
+            reader,
+            SqliteIndex(home / "isk-codecs-index.db"),
+            LocalDiskCache(home / "isk-codecs-cache", 1 << 28),
+            bucket="gw",
+            cluster="c1",
+            chunk_records=7,
+            layouts=layouts,
+        )
+        loaded = await provider.load_table("hotset", topic)
+        schema = open_table(provider, loaded, asyncio.get_running_loop()).schema()
+        rows: list[dict[str, Any]] = []
+        for key, _ in await provider.list_keys(f"c1/hotset/{topic}/data/", 10_000):
+            data = bytes(await provider.read_file(key))
+            rows += pq.read_table(pa.BufferReader(data)).to_pylist()
+        return schema, by_position(rows)
+
+
 def coldset_file_rows(table: Table) -> list[dict[str, Any]]:
     """The rows of the coldset's data files read with pyarrow (not through PyIceberg's
     projection, see :func:`as_pyiceberg`), by (partition, offset)."""

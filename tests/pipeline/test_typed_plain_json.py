@@ -3,8 +3,10 @@ type over three pipeline runs: each top-level key becomes a column the first tim
 with the type its batch shows (integers and numbers together make a double); a later value the
 column cannot hold (Iceberg cannot widen a long or a double in place) keeps its bytes with the
 cause, as a registered schema the table cannot take does. PyIceberg and Spark read what the
-values mean; after DeleteRecords of everything, KSI serves every record byte for byte from the
-coldset."""
+values mean; ISK's hotset files hold the coldset's rows; a fourth batch only in Kafka (a new
+key) reads through ISK's ``merged`` exactly as the coldset holds it once the pipeline copied it
+(same base, same declarations); after DeleteRecords of everything, KSI serves every record byte
+for byte from the coldset."""
 
 from __future__ import annotations
 
@@ -19,10 +21,16 @@ from bergstream.core.api import VALUE_ERROR_COLUMN, VALUE_SCHEMA_ID_COLUMN
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import run_pipeline
 from bergstream.pipeline.typed import topic_typing
+from tests.isk_e2e.helpers import start_gateway
 from tests.isk_typed.avro_kit import typed_context
 from tests.ksi.stack_kit import start_ksi_proxy
 from tests.pipeline.lake_testkit import Produced, consume_all, produce, table_rows_spark
-from tests.pipeline.property_kit import delete_everything, read_all
+from tests.pipeline.property_kit import (
+    coldset_file_rows,
+    delete_everything,
+    hotset_rows_of_codecs,
+    read_all,
+)
 from tests.pipeline.test_typed_formats import by_position_seen
 from tests.pipeline.typed_kit import FIRST_MS, coldset, sorted_rows
 
@@ -75,6 +83,24 @@ def third_batch() -> list[bytes]:
     return values
 
 
+def fourth_batch() -> list[bytes]:
+    """region appears (only in Kafka until the pipeline runs again), one value is spaced."""
+    values = [
+        compact({"id": i, "currency": CURRENCIES[i % 3], "amount": i + 0.75,
+                 "region": "eu" if i % 2 else "us"})
+        for i in range(41, 49)
+    ]  # fmt: skip
+    values.append(b'{"id": 49, "region": "apac"}')
+    return values
+
+
+def produce_batch(bootstrap: str, topic: str, batch: list[bytes], start: int) -> None:
+    produce(bootstrap, topic, [
+        Produced(n % PARTS, b"k%d" % n, v, (("n", b"%d" % n),), FIRST_MS + n)
+        for n, v in enumerate(batch, start)
+    ])  # fmt: skip
+
+
 def expected_row(text: bytes, columns: list[str]) -> dict[str, Any]:
     """What the table holds for one value: its columns, its kept bytes, whether it failed."""
     try:
@@ -106,11 +132,7 @@ def test_plain_json_keys_appear_disappear_and_change_type(
     assert typing is not None
     produced: list[bytes] = []
     for batch in (first_batch(), second_batch(), third_batch()):
-        start = len(produced)
-        produce(kafka_bootstrap, topic, [
-            Produced(n % PARTS, b"k%d" % n, v, (("n", b"%d" % n),), FIRST_MS + n)
-            for n, v in enumerate(batch, start)
-        ])  # fmt: skip
+        produce_batch(kafka_bootstrap, topic, batch, len(produced))
         produced.extend(batch)
         result = run_pipeline(
             spark, lake, topic, once=True, report=lambda line: None, codecs=typing
@@ -149,11 +171,19 @@ def test_plain_json_keys_appear_disappear_and_change_type(
         [r[c] for c in spark_columns] for r in rows
     ]
 
-    # KSI gives every record back byte for byte from the coldset alone.
-    records = consume_all(kafka_bootstrap, topic, PARTS)
-    seen = by_position_seen(records)
-    ends = {p: 1 + max(r.record.offset for r in records if r.partition == p) for p in range(PARTS)}
-    delete_everything(kafka_bootstrap, topic, ends)
+    # ISK's hotset files hold the coldset's rows (its layout: the coldset's schema folded with
+    # the shapes of every record in Kafka).
+    hot_schema, by_hotset = hotset_rows_of_codecs(tmp_path, kafka_bootstrap, codecs, topic, lake)
+    assert hot_schema.as_struct() == schema.as_struct()
+    cold_files = coldset_file_rows(table)
+    assert len(by_hotset) == len(cold_files)
+    for hot_row, cold_row in zip(by_hotset, cold_files, strict=True):
+        # a file written before a column existed has no such column: it reads as null
+        padded = {**dict.fromkeys(hot_row), **cold_row}
+        assert hot_row == padded, {
+            k: (v, padded.get(k)) for k, v in hot_row.items() if v != padded.get(k)
+        }
+
     sections = {
         "lake": {
             "kafka_bootstrap": lake.config.kafka_bootstrap,
@@ -168,6 +198,41 @@ def test_plain_json_keys_appear_disappear_and_change_type(
         "codecs": codecs,
     }
     config = "".join(f"\n{name}: {json.dumps(body)}\n" for name, body in sections.items())
+
+    # A fourth batch only in Kafka: ISK's merged serves every record, the new key a column; the
+    # pipeline then copies the batch into the very schema and rows merged showed.
+    fourth = fourth_batch()
+    produce_batch(kafka_bootstrap, topic, fourth, len(produced))
+    produced.extend(fourth)
+    (tmp_path / "gateway").mkdir()
+    gateway = start_gateway(
+        kafka_bootstrap, tmp_path / "gateway", chunk_records=5, extra=config,
+        index_interval_seconds=0,
+    )  # fmt: skip
+    try:
+        merged = gateway.catalog().load_table(f"merged.{topic}")
+        merged_schema = merged.schema()
+        merged_rows = sorted_rows(merged.scan().to_arrow())
+    finally:
+        code = gateway.process.stop()
+    assert code == 0, gateway.process.log()[-3000:]
+    assert str(merged_schema.find_field("region").field_type) == "string"
+    assert len(merged_rows) == len(produced)
+    first_hot = len(produced) - len(fourth)
+    hot = [r for r in merged_rows if int(r["kafka_headers"][0]["value"]) >= first_hot]
+    assert sorted(r["region"] for r in hot) == sorted(["eu", "us"] * 4 + ["apac"])
+    assert all(r[VALUE_ERROR_COLUMN] is None for r in hot)
+    result = run_pipeline(spark, lake, topic, once=True, report=lambda line: None, codecs=typing)
+    assert result.records == len(fourth)
+    table = coldset(lake, topic)
+    assert table.schema().as_struct() == merged_schema.as_struct()
+    assert sorted_rows(table.scan().to_arrow()) == merged_rows
+
+    # KSI gives every record back byte for byte from the coldset alone.
+    records = consume_all(kafka_bootstrap, topic, PARTS)
+    seen = by_position_seen(records)
+    ends = {p: 1 + max(r.record.offset for r in records if r.partition == p) for p in range(PARTS)}
+    delete_everything(kafka_bootstrap, topic, ends)
     proxy = start_ksi_proxy(tmp_path, kafka_bootstrap, [topic], config)
     try:
         got = read_all(proxy.bootstrap, topic, PARTS, len(seen))

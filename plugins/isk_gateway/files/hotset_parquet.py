@@ -88,6 +88,8 @@ class HotsetDataSynthesizer:
         self.compression = compression
         #: Typed layouts by digest (None: every key of a typed layout is refused).
         self.layouts = layouts
+        if layouts is not None and layouts.source is None:  # topics of plain values read it
+            layouts.source = source
 
     def handles(self, path: str) -> bool:
         """Whether ``path`` is a hotset data key of this cluster cut by this unit."""
@@ -154,5 +156,5 @@ def create_hotset_data_synthesizer(
             lake = resolve_lake(context.config.lake, context.home)
         except LakeConfigError as error:
             raise ValueError(f"hotset-parquet: {error}") from None
-    layouts = TopicLayouts.from_context(context, lake)
+    layouts = TopicLayouts.from_context(context, lake, source=reader)
     return HotsetDataSynthesizer(reader, config.cluster, config.unit, config.compression, layouts)

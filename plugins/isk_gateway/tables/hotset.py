@@ -88,6 +88,8 @@ class HotsetProvider:
         self.unit = unit
         #: Typed layouts of the topics a codec rule types (None: every topic is raw).
         self.layouts = layouts
+        if layouts is not None:  # topics of plain values are read from it for their layout
+            layouts.source = source
         layout = layout_name(unit, compression)
         self.store = store if store is not None else FileStore(cache, cache_prefix=layout)
         self.indexer = HotsetIndexer(
