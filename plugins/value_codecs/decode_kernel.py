@@ -15,6 +15,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from bergstream.plugins.value_codecs.arena_kernel import DONE, OVERFLOW, append_pads
 from bergstream.plugins.value_codecs.avro_ops import (
     ERR_BLOCK,
     ERR_DECIMAL,
@@ -47,10 +48,6 @@ from bergstream.plugins.value_codecs.avro_ops import (
     OP_UNION,
     OP_UUID,
     OP_VALID,
-    PAD_OFF,
-    PAD_Z8,
-    PAD_Z32,
-    PAD_Z64,
 )
 from bergstream.plugins.value_codecs.kernel_numeric import decimal_length, fits_precision
 from bergstream.plugins.value_codecs.kernel_read import (
@@ -66,40 +63,9 @@ from bergstream.plugins.value_codecs.kernel_read import (
 
 __all__ = ["DONE", "OVERFLOW", "decode_rows"]
 
-DONE = 0
-OVERFLOW = 1
-
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
 _MILLIS_LIMIT = (2**63 - 1) // 1000
-
-
-@numba.njit(cache=True, nogil=True)
-def _pad(
-    pads: np.ndarray, first: int, count: int, a64: np.ndarray, a32: np.ndarray, a8: np.ndarray,
-    cbase: np.ndarray, ccap: np.ndarray, clen: np.ndarray,
-) -> int:  # fmt: skip
-    """Append the slots of absent values; -1, or the column that ran out of room."""
-    for i in range(first, first + count):
-        kind = pads[i, 0]
-        col = pads[i, 1]
-        slots = pads[i, 2]
-        at = clen[col]
-        if at + slots > ccap[col]:
-            return col
-        where = cbase[col] + at
-        if kind == PAD_OFF:
-            a64[where] = a64[where - 1]
-        elif kind == PAD_Z64:
-            for s in range(slots):
-                a64[where + s] = 0
-        elif kind == PAD_Z32:
-            a32[where] = 0
-        elif kind == PAD_Z8:
-            for s in range(slots):
-                a8[where + s] = 0
-        clen[col] = at + slots
-    return -1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -283,7 +249,7 @@ def decode_rows(
             elif op == OP_JUMP:
                 pc = code[pc, 1]
             elif op == OP_NULLFILL:
-                over = _pad(pads, code[pc, 1], code[pc, 2], a64, a32, a8, cbase, ccap, clen)
+                over = append_pads(pads, code[pc, 1], code[pc, 2], a64, a32, a8, cbase, ccap, clen)
                 if over >= 0:
                     break
                 pc += 1
@@ -421,7 +387,7 @@ def decode_rows(
             continue
         for c in range(ncols):
             clen[c] = saved[c]
-        over = _pad(pads, root_pad_first, root_pad_count, a64, a32, a8, cbase, ccap, clen)
+        over = append_pads(pads, root_pad_first, root_pad_count, a64, a32, a8, cbase, ccap, clen)
         if over >= 0:
             return OVERFLOW, row, over
         keep[row] = 1

@@ -1,15 +1,15 @@
 """The compiled JSON reader (numba) for rows in the json-schema codec's canonical form.
 
 One interpreter of the programs :mod:`.json_program` compiles, walking N payloads and appending
-to column arenas laid out as the Avro decoder's (int64, int32 and uint8 arenas; see
-:mod:`.avro_ops` for the pads). It reads only the canonical text of a value (the exact bytes
+to column arenas (int64, int32 and uint8: :mod:`.arena_columns`; see :mod:`.avro_ops` for the
+pads). It reads only the canonical text of a value (the exact bytes
 :meth:`JsonSchemaCodec.encode` would write for what it read): the first byte that differs
 makes it give up on the row (its columns are rolled back and filled with the null row, and
 ``fallback[row]`` is set), so the codec decodes that row the general way. Rows it finishes are
 canonical: their bytes need not be kept.
 
-The numba cache is keyed on this file only: after changing :mod:`.json_numbers` or
-:mod:`.kernel_read`, touch this file too.
+The numba cache is keyed on this file only: after changing :mod:`.json_numbers`,
+:mod:`.kernel_read` or :mod:`.arena_kernel`, touch this file too.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from bergstream.plugins.value_codecs.decode_kernel import _pad
+from bergstream.plugins.value_codecs.arena_kernel import DONE, OVERFLOW, append_pads
 from bergstream.plugins.value_codecs.json_numbers import read_double, read_long
 from bergstream.plugins.value_codecs.kernel_read import (
     copy_bytes,
@@ -28,9 +28,6 @@ from bergstream.plugins.value_codecs.kernel_read import (
 )
 
 __all__ = ["DONE", "OVERFLOW", "read_rows"]
-
-DONE = 0
-OVERFLOW = 1
 
 # Opcodes: an instruction is a row of 8 int64, the opcode then its operands.
 OP_END = 0
@@ -276,7 +273,9 @@ def read_rows(
                     stack[sp - 1, 1] = 0
                     pc += 1
                 elif code[pc, 3] == 1:
-                    over = _pad(pads, code[pc, 4], code[pc, 5], a64, a32, a8, cbase, ccap, clen)
+                    over = append_pads(
+                        pads, code[pc, 4], code[pc, 5], a64, a32, a8, cbase, ccap, clen
+                    )
                     if over >= 0:
                         break
                     pc = code[pc, 6]
@@ -362,7 +361,9 @@ def read_rows(
             elif op == OP_NULLABLE:
                 if _is(buf, pos, end, 110, 117, 108, 108):  # null
                     pos += 4
-                    over = _pad(pads, code[pc, 2], code[pc, 3], a64, a32, a8, cbase, ccap, clen)
+                    over = append_pads(
+                        pads, code[pc, 2], code[pc, 3], a64, a32, a8, cbase, ccap, clen
+                    )
                     if over >= 0:
                         break
                     pc = code[pc, 4]
@@ -490,7 +491,7 @@ def read_rows(
             continue
         for c in range(ncols):
             clen[c] = saved[c]
-        over = _pad(pads, root_pad_first, root_pad_count, a64, a32, a8, cbase, ccap, clen)
+        over = append_pads(pads, root_pad_first, root_pad_count, a64, a32, a8, cbase, ccap, clen)
         if over >= 0:
             return OVERFLOW, row, over
         fallback[row] = 1

@@ -1,11 +1,11 @@
 """A parsed JSON Schema compiled for the JSON kernel (:mod:`.json_kernel`), and the decoder that
 runs it over a batch and turns its columns into an Arrow array without copies.
 
-The columns, the :class:`~.avro_program.Slot` tree and the assembly into Arrow are the Avro
-decoder's (:mod:`.avro_decoder`): every value has a validity column (all-valid ones get no
-bitmap), longs and timestamps are int64, doubles int64 slots holding float64 bits, dates
-int32, uuids 16 bytes, strings offsets and bytes, lists and maps offsets (a map's dropped-entries
-column stays empty: a map with a repeated key is never canonical).
+The columns, the :class:`~.avro_program.Slot` tree and the assembly into Arrow are the ones the
+Avro decoder uses too (:mod:`.arena_columns`): every value has a validity column (all-valid
+ones get no bitmap), longs and timestamps are int64, doubles int64 slots holding float64 bits,
+dates int32, uuids 16 bytes, strings offsets and bytes, lists and maps offsets (a map's
+dropped-entries column stays empty: a map with a repeated key is never canonical).
 
 Schemas with a JSON-text column (kind ``json``) are not compiled (:func:`compile_json` gives
 None): the codec decodes them the general way.
@@ -21,19 +21,12 @@ import pyarrow as pa
 
 from bergstream.plugins.value_codecs import avro_ops as ops
 from bergstream.plugins.value_codecs import json_kernel as k
-from bergstream.plugins.value_codecs.avro_decoder import (
-    _Arenas,
-    _Assembler,
-    _layout,
-    _slots_per_row,
-    payload_buffers,
-)
+from bergstream.plugins.value_codecs.arena_columns import ArenaColumns, Arenas, payload_buffers
 from bergstream.plugins.value_codecs.avro_program import Slot
 from bergstream.plugins.value_codecs.json_schema_types import JsonNode
 
 __all__ = ["JsonDecoder", "JsonProgram", "compile_json"]
 
-_HEADROOM = 1.25
 _WIDTH = 8
 
 
@@ -208,53 +201,24 @@ class JsonDecoder:
     def __init__(self, program: JsonProgram, arrow_type: pa.DataType) -> None:
         self.program = program
         self.arrow_type = arrow_type
-        cols = len(program.col_arena)
-        self._per_byte = np.full(cols, np.nan)  # learned slots per payload byte, per column
-        self._fixed = np.zeros(cols, dtype=np.int64)  # slots per row of unrepeated columns
-        _slots_per_row(program.root, self._fixed)
+        self._columns = ArenaColumns(program, arrow_type)
 
     def decode(self, payloads: pa.Array, skip: int = 0) -> tuple[pa.Array, np.ndarray]:
         """The values of every payload (null where the kernel gave up) and the rows it gave up
         on (bool)."""
         data, offsets = payload_buffers(payloads)
         rows = len(offsets) - 1
-        total = int(offsets[-1] - offsets[0]) - skip * rows if rows else 0
-        arenas = self._allocate(rows, total)
         fallback = np.zeros(rows, dtype=np.uint8)
         program = self.program
         stack = np.zeros((program.depth + 1, 2), dtype=np.int64)
-        start = 0
-        while True:
+
+        def kernel(start: int, arenas: Arenas) -> tuple[int, int, int]:
             a64, a32, a8 = arenas.arrays
-            status, row, column = k.read_rows(
+            return k.read_rows(
                 data, offsets, skip, start, program.code, program.pads, program.literals,
                 program.root_pads[0], program.root_pads[1], a64, a64.view(np.float64), a32, a8,
                 arenas.base, arenas.cap, arenas.length, fallback, stack,
             )  # fmt: skip
-            if status != k.OVERFLOW:
-                break
-            done = int(offsets[row] - offsets[0]) - skip * row
-            arenas = self._grow(arenas, column, done, total)
-            start = row
-        if total:
-            variable = self._fixed == 0
-            self._per_byte[variable] = arenas.length[variable] / total
-        values = _Assembler(arenas).build(program.root, self.arrow_type, rows)
+
+        values = self._columns.run(offsets, skip, kernel)
         return values, fallback.view(bool)
-
-    def _allocate(self, rows: int, total: int) -> _Arenas:
-        program = self.program
-        cap = self._fixed * rows + program.col_offsets.astype(np.int64)
-        guess = np.where(np.isnan(self._per_byte), 0.25, self._per_byte) * total * _HEADROOM
-        cap = np.where(self._fixed == 0, guess.astype(np.int64) + 64, cap)
-        return _layout(program, cap, None)  # type: ignore[arg-type]
-
-    def _grow(self, arenas: _Arenas, column: int, done: int, total: int) -> _Arenas:
-        """Room for the rest of the batch (as the Avro decoder grows its arenas)."""
-        cap = arenas.cap.copy()
-        variable = self._fixed == 0
-        if done > 0:
-            projected = (arenas.length * (total / done) * _HEADROOM).astype(np.int64) + 64
-            cap[variable] = np.maximum(cap[variable], projected[variable])
-        cap[column] = max(int(cap[column]) * 2, int(arenas.cap[column]) + 64)
-        return _layout(self.program, cap, arenas)  # type: ignore[arg-type]

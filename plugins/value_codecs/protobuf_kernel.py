@@ -22,7 +22,8 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from bergstream.plugins.value_codecs.avro_decoder import AvroDecoder, _Assembler, payload_buffers
+from bergstream.plugins.value_codecs.arena_columns import ArenaColumns, Arenas, payload_buffers
+from bergstream.plugins.value_codecs.arena_kernel import DONE, OVERFLOW
 from bergstream.plugins.value_codecs.kernel_read import copy_bytes, high_bit_set, read_le, utf8_ok
 from bergstream.plugins.value_codecs.protobuf_program import (
     OP_AGAIN,
@@ -60,9 +61,6 @@ from bergstream.plugins.value_codecs.protobuf_program import (
 )
 
 __all__ = ["DONE", "OVERFLOW", "ProtoFastDecoder", "decode_rows"]
-
-DONE = 0
-OVERFLOW = 1
 
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
@@ -511,39 +509,32 @@ def decode_rows(
     return DONE, rows, -1
 
 
-class ProtoFastDecoder(AvroDecoder):
-    """Runs a :class:`ProtoProgram` over a batch (arenas sized and grown as the Avro decoder
-    does): the values of the rows it proved canonical, and which rows need upb."""
+class ProtoFastDecoder:
+    """Runs a :class:`ProtoProgram` over a batch (arenas sized, grown and assembled by
+    :class:`~.arena_columns.ArenaColumns`): the values of the rows it proved canonical, and
+    which rows need upb."""
 
     def __init__(self, program: ProtoProgram, arrow_type: pa.DataType) -> None:
-        super().__init__(program, arrow_type)  # type: ignore[arg-type]
-        self.proto = program
+        self.program = program
+        self.arrow_type = arrow_type
+        self._columns = ArenaColumns(program, arrow_type)
 
     def decode_fast(self, payloads: pa.Array, skip: int) -> tuple[pa.Array, np.ndarray]:
         """The values of every row (null where not proved canonical) and the rows that were
         not (bool array)."""
         data, offsets = payload_buffers(payloads)
         rows = len(offsets) - 1
-        total = int(offsets[-1] - offsets[0]) - skip * rows if rows else 0
-        arenas = self._allocate(rows, total)
         slow = np.zeros(rows, dtype=np.uint8)
-        program = self.proto
+        program = self.program
         stack = np.zeros(len(program.code) + 1, dtype=np.int64)  # one push per op at most
-        start = 0
-        while True:
-            status, row, column = decode_rows(
+
+        def kernel(start: int, arenas: Arenas) -> tuple[int, int, int]:
+            return decode_rows(
                 data, offsets, skip, start, program.code, program.pads, program.aux,
                 program.enum_numbers, program.symbol_offsets, program.symbol_data,
                 program.root_pads[0], program.root_pads[1], *arenas.arrays,
                 arenas.base, arenas.cap, arenas.length, slow, stack,
             )  # fmt: skip
-            if status != OVERFLOW:
-                break
-            done = int(offsets[row] - offsets[0]) - skip * row
-            arenas = self._grow(arenas, column, done, total)
-            start = row
-        if total:
-            variable = self._fixed == 0
-            self._per_byte[variable] = arenas.length[variable] / total
-        values = _Assembler(arenas).build(program.root, self.arrow_type, rows)
+
+        values = self._columns.run(offsets, skip, kernel)
         return values, slow.view(bool)

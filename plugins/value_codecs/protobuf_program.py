@@ -1,7 +1,7 @@
 """A Protobuf message descriptor compiled into a flat program for the fast decoder kernel
 (:mod:`.protobuf_kernel`), with the :class:`~.avro_program.Slot` tree that says which columns
-hold each Arrow array of the decoded value (the Avro decoder's assembler turns them into Arrow
-arrays without copies).
+hold each Arrow array of the decoded value (:mod:`.arena_columns` turns them into Arrow arrays
+without copies).
 
 The program reads the one encoding upb's deterministic serialization gives: fields in number
 order, each expected at most once (repeated ones as one run, packed ones as one non-empty
@@ -83,8 +83,8 @@ _SCALARS: dict[int, tuple[int, int, str, int]] = {
 
 @dataclass(eq=False)
 class ProtoProgram:
-    """A compiled message: instructions, pads, enum tables, columns and the slot tree (the
-    attribute names the Avro decoder's arena helpers read)."""
+    """A compiled message: instructions, pads, enum tables, columns and the slot tree (a
+    :class:`~.arena_columns.ColumnProgram`)."""
 
     code: np.ndarray  # (n, 8) int64
     pads: np.ndarray  # (m, 4) int64

@@ -16,7 +16,6 @@ import math
 import os
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from google.protobuf.message import Message
@@ -97,14 +96,7 @@ def _plain(value: Any) -> Any:
 def _same(name: str, payloads: list[bytes], skip: int = 0) -> DecodedValues:
     compiled = _compiled(name)
     array = pa.array(payloads, pa.large_binary())
-    try:
-        old = CODEC._decode_upb(compiled, array, skip)
-    except UnicodeDecodeError:
-        # The upb path raises on a proto2 map key that is not UTF-8 (a known gap of that
-        # path): such a row is never proved canonical, so the fast path raises the same.
-        with pytest.raises(UnicodeDecodeError):
-            CODEC._decode(compiled, array, skip)
-        return DecodedValues(values=pa.array([]), keep_bytes=np.zeros(0, bool), errors=[])
+    old = CODEC._decode_upb(compiled, array, skip)
     new = CODEC._decode(compiled, array, skip)
     assert new.values.type == old.values.type
     assert _plain(new.values.to_pylist()) == _plain(old.values.to_pylist())
@@ -389,3 +381,39 @@ def test_large_batch_grows_arenas() -> None:
     payloads = [b"\x00" + message.SerializeToString(deterministic=True)] * 40
     decoded = _same("small", payloads + HAND_MADE)
     assert not decoded.keep_bytes[:40].any()
+
+
+def _entry(number: int, key: bytes, value: bytes) -> bytes:
+    """A map entry record of field ``number`` (key and value records given whole)."""
+    body = key + value
+    return _varint(number << 3 | 2) + _varint(len(body)) + body
+
+
+BAD_UTF8 = b"\x0a\x02\xff\xfe"  # field 1 (a map entry's key), two bytes that are not UTF-8
+
+
+@pytest.mark.parametrize(
+    ("record", "cause"),
+    [
+        (_entry(14, BAD_UTF8, b"\x10\x01"), "map key of field by_name is not UTF-8"),
+        (
+            _entry(14, b"\x0a\x01a", b"\x10\x01") + _entry(14, BAD_UTF8, b""),
+            "map key of field by_name is not UTF-8",
+        ),
+        (b"\x12\x02\xff\xfe", "string field s is not UTF-8"),
+        (b"\x7a\x04\x12\x02\xff\xfe", "string field sub.names is not UTF-8"),
+        (b"\x82\x01\x04\x12\x02\xff\xfe", "string field subs.names is not UTF-8"),
+    ],
+)
+def test_proto2_text_not_utf8_fails_only_its_row(record: bytes, cause: str) -> None:
+    """upb checks no UTF-8 in proto2: a string, repeated string or map key that is not UTF-8
+    fails its row (null, bytes kept, a cause) on both paths, and the other rows decode."""
+    good = b"\x00\x18\x01" + _entry(14, b"\x0a\x01k", b"\x10\x01")
+    payloads = [good, b"\x00\x18\x02" + record, good]
+    decoded = _same("v2plain", payloads)
+    assert decoded.errors == [None, cause, None]
+    assert decoded.keep_bytes.tolist() == [False, True, False]
+    values = decoded.values.to_pylist()
+    assert values[1] is None
+    assert values[0] == values[2]
+    assert values[0]["by_name"] == [("k", "HIGH")]
