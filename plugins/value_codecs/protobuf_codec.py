@@ -30,8 +30,8 @@ bits may change through a 64-bit float).
 
 Rows fail (null, bytes kept, a cause) when the index list is truncated or corrupt, names another
 message, the message does not parse (truncated, bad UTF-8 in a proto3 string, trailing garbage
-that is not a valid field), a proto2 string is not UTF-8, or a timestamp or duration is beyond
-the range of 64-bit microseconds.
+that is not a valid field), a proto2 string or map key is not UTF-8 (upb does not check them),
+or a timestamp or duration is beyond the range of 64-bit microseconds.
 
 :meth:`ProtobufCodec.encode` builds messages from the Arrow values and serializes them
 deterministically, after the index list ``00``.
@@ -40,6 +40,7 @@ deterministically, after the index list ``00``.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
 import operator
 from collections.abc import Callable
@@ -60,7 +61,8 @@ from bergstream.core.api import (
     SchemaNotExpressible,
     arrow_type,
 )
-from bergstream.plugins.value_codecs.avro_decoder import payload_buffers
+from bergstream.plugins.value_codecs.arena_columns import payload_buffers
+from bergstream.plugins.value_codecs.protobuf_encoder import encode_upb, encoder_for
 from bergstream.plugins.value_codecs.protobuf_kernel import ProtoFastDecoder
 from bergstream.plugins.value_codecs.protobuf_program import compile_program
 from bergstream.plugins.value_codecs.protobuf_schema import (
@@ -263,6 +265,7 @@ class _FieldReader:
         value: _ValueReader,
         key: _ValueReader | None = None,
         presence: bool = False,
+        path: str = "",
     ) -> None:
         self.get = operator.attrgetter(name)
         self.has = operator.methodcaller("HasField", name)
@@ -271,6 +274,7 @@ class _FieldReader:
         self.value = value
         self.key = key
         self.presence = presence
+        self.path = path
 
     def read(self, parents: list[Message], rows: np.ndarray, flags: _Flags) -> pa.Array:
         """The field's column over ``parents``."""
@@ -281,6 +285,13 @@ class _FieldReader:
                 present = np.fromiter(map(self.has, parents), bool, len(parents))
                 mask = None if present.all() else ~present
             return self.value.read(values, rows, mask, flags)
+        if self.mode == "map":
+            # Sorted like deterministic serialization (UTF-8 order is code point order).
+            try:
+                values = [sorted(m.items()) for m in values]
+            except UnicodeDecodeError:
+                pairs = zip(values, rows.tolist(), strict=True)
+                values = [self._sorted_items(m, row, flags) for m, row in pairs]
         lengths = np.fromiter(map(len, values), np.int64, len(values))
         child_rows = np.repeat(rows, lengths)
         offsets = np.zeros(len(values) + 1, dtype=np.int64)
@@ -290,13 +301,21 @@ class _FieldReader:
             elements = self.value.read(flat, child_rows, None, flags)
             return pa.LargeListArray.from_arrays(pa.array(offsets), elements, type=self.type)
         assert self.key is not None
-        # Sorted like deterministic serialization (UTF-8 order is code point order).
-        entries = list(itertools.chain.from_iterable(sorted(m.items()) for m in values))
+        entries = list(itertools.chain.from_iterable(values))
         keys = self.key.read([k for k, _ in entries], child_rows, None, flags)
         items = self.value.read([v for _, v in entries], child_rows, None, flags)
         return pa.MapArray.from_arrays(
             pa.array(offsets.astype(np.int32)), keys, items, type=self.type
         )
+
+    def _sorted_items(self, entries: Any, row: int, flags: _Flags) -> list[tuple[Any, Any]]:
+        """The sorted entries of one map, or none (the row failed) if a key is not UTF-8:
+        upb does not check proto2 map keys, and raises when it hands such a key out."""
+        try:
+            return sorted(entries.items())
+        except UnicodeDecodeError:
+            flags.fail(row, f"map key of field {self.path} is not UTF-8")
+            return []
 
 
 class _StructReader(_ValueReader):
@@ -344,7 +363,9 @@ def _struct_reader(desc: Descriptor, type_: pa.StructType, path: str) -> _Struct
             value = _value_reader(
                 entry.fields_by_name["value"], arrow_field.type.item_type, child_path
             )
-            readers.append(_FieldReader(field.name, "map", arrow_field.type, value, key))
+            readers.append(
+                _FieldReader(field.name, "map", arrow_field.type, value, key, path=child_path)
+            )
         elif field.is_repeated:
             element = _value_reader(field, arrow_field.type.value_type, child_path)
             readers.append(_FieldReader(field.name, "list", arrow_field.type, element))
@@ -597,19 +618,16 @@ class ProtobufCodec:
 
     def encode(self, schema: RegisteredSchema, values: pa.Array) -> pa.Array:
         """The canonical payloads of ``values`` (the type :meth:`decode` gives, no null rows):
-        ``00`` then the message serialized deterministically."""
+        ``00`` then the message serialized deterministically by upb, or written the same by
+        the compiled encoder (:mod:`.protobuf_encoder`) for the rows it handles."""
         compiled = self._schemas.get(schema, None)
         if isinstance(values, pa.ChunkedArray):
             values = values.combine_chunks()
         if values.null_count:
             raise ValueError("a null row has no Protobuf payload")
-        make, fill = compiled.message, compiled.fill
-        out = []
-        for row in values.cast(compiled.plain).to_pylist():
-            message = make()
-            fill(message, row)
-            out.append(b"\x00" + message.SerializePartialToString(deterministic=True))
-        return pa.array(out, pa.large_binary())
+        upb = functools.partial(encode_upb, compiled.message, compiled.fill, compiled.plain)
+        encoder = encoder_for(compiled.message, compiled.descriptor, compiled.arrow)
+        return upb(values) if encoder is None else encoder.encode(values, upb)
 
     def _decode(self, compiled: _Compiled, payloads: pa.Array, skip: int) -> DecodedValues:
         """The kernel's values for the rows it proves canonical, upb's for the others."""
