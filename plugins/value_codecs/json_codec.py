@@ -45,6 +45,7 @@ from bergstream.core.api import (
     RegisteredSchema,
     arrow_type,
 )
+from bergstream.plugins.value_codecs.json_encoder import JsonEncoder, compile_encoder
 from bergstream.plugins.value_codecs.json_program import JsonDecoder, compile_json
 from bergstream.plugins.value_codecs.json_schema_types import (
     JsonNode,
@@ -470,6 +471,7 @@ class _Compiled:
     convert: _Convert
     write: _Write
     fast: JsonDecoder | None  # the compiled reader of canonical rows (None: JSON-text columns)
+    encoder: JsonEncoder  # the compiled writer
 
     def decode(self, values: pa.Array, skip: int = 0) -> DecodedValues:
         """Canonical rows through the compiled reader, the others through
@@ -574,6 +576,18 @@ class _Compiled:
         return array if self.storage == self.arrow else array.view(self.arrow)
 
     def encode(self, values: pa.Array) -> pa.Array:
+        """The canonical payloads of ``values``: by the compiled writer when they have the
+        type :meth:`decode` gives, else by :meth:`encode_python` (the same bytes)."""
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        if not self.encoder.accepts(values):
+            return self.encode_python(values)
+        if values.null_count:
+            raise ValueError("a null row has no payload to encode")
+        return self.encoder.encode(values)
+
+    def encode_python(self, values: pa.Array) -> pa.Array:
+        """The canonical payloads of ``values``, written row by row in Python."""
         if isinstance(values, pa.ChunkedArray):
             values = values.combine_chunks()
         write = self.write
@@ -597,7 +611,9 @@ def _build(node: JsonNode) -> _Compiled:
     arrow = arrow_type(type_)
     program = compile_json(node)
     fast = JsonDecoder(program, arrow) if program is not None else None
-    return _Compiled(type_, arrow, _storage_type(arrow), _converter(node), _writer(node), fast)
+    write = _writer(node)
+    encoder = JsonEncoder(compile_encoder(node), arrow, write)
+    return _Compiled(type_, arrow, _storage_type(arrow), _converter(node), write, fast, encoder)
 
 
 class JsonSchemaCodec:

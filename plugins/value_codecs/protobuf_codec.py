@@ -33,8 +33,10 @@ message, the message does not parse (truncated, bad UTF-8 in a proto3 string, tr
 that is not a valid field), a proto2 string or map key is not UTF-8 (upb does not check them),
 or a timestamp or duration is beyond the range of 64-bit microseconds.
 
-:meth:`ProtobufCodec.encode` builds messages from the Arrow values and serializes them
-deterministically, after the index list ``00``.
+:meth:`ProtobufCodec.encode` writes, after the index list ``00``, upb's deterministic
+serialization of each value: a compiled writer (:mod:`.protobuf_encoder`) for the rows it
+handles, and for the others (maps of two or more entries, whose order upb decides, NaN, values
+out of their field's range) messages built from the Arrow values and serialized by upb.
 """
 
 from __future__ import annotations
