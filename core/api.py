@@ -210,6 +210,7 @@ from bergstream.core.typed_rows import (
     build_layout,
     build_layout_seeing,
     frame_payloads,
+    project_array,
     report_undecodable,
     split_framing,
 )
@@ -374,6 +375,7 @@ __all__ = [
     "map_records",
     "merge_boundaries",
     "parse_boundary",
+    "project_array",
     "pyiceberg_catalog_properties",
     "read_records",
     "record_batch",

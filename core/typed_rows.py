@@ -59,6 +59,7 @@ __all__ = [
     "build_layout",
     "build_layout_seeing",
     "frame_payloads",
+    "project_array",
     "report_undecodable",
     "split_framing",
 ]
@@ -308,7 +309,7 @@ def frame_payloads(schema_id: int, payloads: pa.Array) -> pa.Array:
 # --------------------------------------------------------------------------- projection
 
 
-def _project(array: pa.Array, target: pa.DataType) -> pa.Array:
+def project_array(array: pa.Array, target: pa.DataType) -> pa.Array:
     """``array`` as values of ``target`` (same field names; missing fields null, promotions and
     narrowings cast, field metadata taken from ``target``)."""
     if array.type.equals(target, check_metadata=True):
@@ -316,28 +317,30 @@ def _project(array: pa.Array, target: pa.DataType) -> pa.Array:
     mask = array.is_null() if array.null_count else None
     if isinstance(target, pa.ExtensionType):
         storage = array.storage if isinstance(array, pa.ExtensionArray) else array
-        return pa.ExtensionArray.from_storage(target, _project(storage, target.storage_type))
+        return pa.ExtensionArray.from_storage(target, project_array(storage, target.storage_type))
     if isinstance(array, pa.ExtensionArray):
         array = array.storage
     if pa.types.is_struct(target):
         source = {array.type.field(i).name: child for i, child in enumerate(array.flatten())}
         children = [
-            _project(source[f.name], f.type) if f.name in source else pa.nulls(len(array), f.type)
+            project_array(source[f.name], f.type)
+            if f.name in source
+            else pa.nulls(len(array), f.type)
             for f in target
         ]
         return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
     if pa.types.is_map(target):
         return pa.MapArray.from_arrays(
             array.offsets,
-            _project(array.keys, target.key_type),
-            _project(array.items, target.item_type),
+            project_array(array.keys, target.key_type),
+            project_array(array.items, target.item_type),
             type=target,
             mask=mask,
         )
     if pa.types.is_large_list(target) or pa.types.is_list(target):
         cls = pa.LargeListArray if pa.types.is_large_list(target) else pa.ListArray
         return cls.from_arrays(
-            array.offsets, _project(array.values, target.value_type), type=target, mask=mask
+            array.offsets, project_array(array.values, target.value_type), type=target, mask=mask
         )
     return array.cast(target)
 
@@ -475,7 +478,7 @@ class TypedRows:
                 if name not in rows.column_names:
                     return pa.nulls(rows.num_rows, target.type)
                 array = _chunk(rows.column(name))
-        return _project(array, target.type)
+        return project_array(array, target.type)
 
     def _decode_side(
         self,
@@ -540,14 +543,14 @@ class TypedRows:
                 )
                 for column, field_name in field_of.items():
                     if field_name in children:
-                        pieces[column].append(_project(children[field_name], targets[column]))
+                        pieces[column].append(project_array(children[field_name], targets[column]))
                     else:
                         pieces[column].append(pa.nulls(len(rows), targets[column]))
             else:
                 single = "key" if key else "value"
                 for column in side.columns:
                     if column == single:
-                        pieces[column].append(_project(values, targets[column]))
+                        pieces[column].append(project_array(values, targets[column]))
                     else:
                         pieces[column].append(pa.nulls(len(rows), targets[column]))
         columns = _scatter(pieces, order, count, targets)
@@ -654,14 +657,14 @@ class TypedRows:
                 for f in target:
                     column = by_field.get(f.name)
                     children.append(
-                        _project(_chunk(selected.column(column)), f.type)
+                        project_array(_chunk(selected.column(column)), f.type)
                         if column is not None
                         else pa.nulls(len(positions), f.type)
                     )
                 values = pa.StructArray.from_arrays(children, fields=list(target))
             else:
                 single = "key" if key else "value"
-                values = _project(_chunk(selected.column(single)), target)
+                values = project_array(_chunk(selected.column(single)), target)
             payloads = codec.encode(schema, values)
             if codecs.shape_codec is None:
                 payloads = frame_payloads(int(schema_id), payloads)

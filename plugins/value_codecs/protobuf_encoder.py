@@ -33,6 +33,7 @@ import pyarrow as pa
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from bergstream.core.api import project_array
 from bergstream.plugins.value_codecs import protobuf_encode_kernel as k
 from bergstream.plugins.value_codecs.protobuf_types import (
     WRAPPERS,
@@ -441,7 +442,7 @@ class ProtoEncoder:
             values = values.combine_chunks()
         try:
             if values.type != self.arrow_type:
-                values = values.cast(self.arrow_type)
+                values = _conformed(values, self.arrow_type)
             payloads, slow = self._encode(values)
         except (_Refused, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             return upb(values)
@@ -504,8 +505,37 @@ def encode_upb(
     from a row of ``values`` cast to ``plain`` (timestamps as int64), serialized
     deterministically after the index list ``00``."""
     out = []
-    for row in values.cast(plain).to_pylist():
+    for row in _conformed(values, plain).to_pylist():
         message = message_class()
         fill(message, row)
         out.append(b"\x00" + message.SerializePartialToString(deterministic=True))
     return pa.array(out, pa.large_binary())
+
+
+def _conformed(values: pa.Array, type_: pa.DataType) -> pa.Array:
+    """``values`` cast to ``type_``. Arrow's cast refuses nulls in a required child even under
+    a null parent (what a Parquet reader gives for an absent message): rebuilt level by level
+    they are fine, and a null a required field holds under a present parent is still
+    refused."""
+    try:
+        return values.cast(type_)
+    except pa.ArrowInvalid:
+        rebuilt = project_array(values, type_)
+        _check_required(rebuilt)
+        return rebuilt
+
+
+def _check_required(array: pa.Array, present: pa.Array | None = None) -> None:
+    """Raise ``ArrowInvalid`` where a required (non-nullable) field of ``array`` is null under
+    a parent that is present (``present``: where the parent is; None: every row)."""
+    if isinstance(array.type, pa.ExtensionType) or not pa.types.is_struct(array.type):
+        return
+    valid = array.is_valid() if present is None else pa.compute.and_(present, array.is_valid())
+    for index, struct_field in enumerate(array.type):
+        child = array.field(index)
+        if (
+            not struct_field.nullable
+            and pa.compute.any(pa.compute.and_(valid, child.is_null())).as_py()
+        ):
+            raise pa.ArrowInvalid(f"required field {struct_field.name} holds a null")
+        _check_required(child, valid)
