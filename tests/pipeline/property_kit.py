@@ -335,25 +335,9 @@ def hotset_rows(
 async def _hotset_rows(
     home: Path, bootstrap: str, registry_url: str, topic: str, lake: ResolvedLake
 ) -> tuple[Schema, list[dict[str, Any]]]:
-    context = typed_context(home, codecs_settings(registry_url, topic))
-    layouts = TopicLayouts(TopicCodecsResolver(context), LakeSchemas(lake))
-    async with KafkaReader(bootstrap) as reader:
-        provider = HotsetProvider(
-            reader,
-            SqliteIndex(home / "isk-index.db"),
-            LocalDiskCache(home / "isk-cache", 1 << 28),
-            bucket="gw",
-            cluster="c1",
-            chunk_records=7,
-            layouts=layouts,
-        )
-        loaded = await provider.load_table("hotset", topic)
-        schema = open_table(provider, loaded, asyncio.get_running_loop()).schema()
-        rows: list[dict[str, Any]] = []
-        for key, _ in await provider.list_keys(f"c1/hotset/{topic}/data/", 10_000):
-            data = bytes(await provider.read_file(key))
-            rows += pq.read_table(pa.BufferReader(data)).to_pylist()
-        return schema, by_position(rows)
+    return await _hotset_rows_of_codecs(
+        home, bootstrap, codecs_settings(registry_url, topic), topic, lake
+    )
 
 
 def hotset_rows_of_codecs(
@@ -371,8 +355,8 @@ async def _hotset_rows_of_codecs(
     async with KafkaReader(bootstrap) as reader:
         provider = HotsetProvider(
             reader,
-            SqliteIndex(home / "isk-codecs-index.db"),
-            LocalDiskCache(home / "isk-codecs-cache", 1 << 28),
+            SqliteIndex(home / f"isk-index-{topic}.db"),
+            LocalDiskCache(home / f"isk-cache-{topic}", 1 << 28),
             bucket="gw",
             cluster="c1",
             chunk_records=7,
