@@ -9,7 +9,10 @@ A record (strings, longs, doubles, a timestamp, a decimal as a string, a nullabl
 - **protobuf**: a registry ``PROTOBUF`` schema in ``.proto`` text (the timestamp a
   ``google.protobuf.Timestamp``); each value is the message index ``00`` then the message's
   deterministic serialization (the message class comes from the codec's own schema loader,
-  which compiles the text with grpcio-tools' protoc).
+  which compiles the text with grpcio-tools' protoc);
+- **json** (plain JSON, no registry; :func:`plain_json_payloads`): the json-schema format's
+  texts without framing, which the ``json`` codec groups into shapes (the nullable note makes
+  two). Not in :data:`FORMATS`: it has no registry schema.
 
 Every value is canonical: the codec decodes it and encodes it back to the same bytes.
 
@@ -97,16 +100,23 @@ def framed(schema_id: int, payload: bytes) -> bytes:
     return b"\x00" + schema_id.to_bytes(4, "big") + payload
 
 
+def json_text(i: int) -> bytes:
+    """Record ``i`` as compact JSON text (keys in schema order, the timestamp a date-time
+    string, the price a decimal string)."""
+    row = value(i)
+    row["at"] = dt.datetime.fromtimestamp(row["at"], dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    row["price"] = str(row["price"])
+    return json.dumps(row, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def json_payloads(schema: RegisteredSchema, count: int) -> list[bytes]:
     """Framed canonical JSON texts of records ``0 .. count - 1``."""
-    payloads = []
-    for i in range(count):
-        row = value(i)
-        row["at"] = dt.datetime.fromtimestamp(row["at"], dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        row["price"] = str(row["price"])
-        text = json.dumps(row, separators=(",", ":"), ensure_ascii=False)
-        payloads.append(framed(schema.schema_id, text.encode()))
-    return payloads
+    return [framed(schema.schema_id, json_text(i)) for i in range(count)]
+
+
+def plain_json_payloads(count: int) -> list[bytes]:
+    """Unframed compact JSON texts of records ``0 .. count - 1`` (the ``json`` codec's)."""
+    return [json_text(i) for i in range(count)]
 
 
 def message_class(schema: RegisteredSchema) -> type[Message]:

@@ -1,14 +1,17 @@
 """ISK synthesis of JSON Schema and Protobuf topics vs a raw one and vs the per-record library
 decode, on the same batches, CPU seconds.
 
-Run: ``python bench/isk_formats_synthesis.py [--format json-schema|protobuf] [--records N]``
-(issue 14's goal: typed synthesis >= 150 MB/s per CPU second for each codec; the library's own
-per-record decode is the naive baseline). Without ``--format`` both formats run.
+Run: ``python bench/isk_formats_synthesis.py [--format json-schema|protobuf|json]
+[--records N]`` (issue 14's goal: typed synthesis >= 150 MB/s per CPU second for each codec; the
+library's own per-record decode is the naive baseline). Without ``--format`` every format runs.
 
 Builds ``--records`` values of the 20-field record of ``format_records`` (strings, longs,
 doubles, a timestamp, a decimal as a string, a nullable note; about 300 bytes), in the format's
 canonical form, with Confluent framing into v2 batches (see ``format_records`` for each format's
-schema and values).
+schema and values). The ``json`` format is the json-schema one's texts without framing, read by
+the ``json`` codec (what a codecs rule ``value: json`` gives; no registry): its layout is folded
+from the shapes of the whole input (``build_layout_of_shapes``), as ISK folds a topic's telling
+values, and every synthesis declares its batch's shapes again, as ISK does.
 
 Every row is canonical (checked: the typed table's ``kafka_value`` is all null). Then times (CPU
 time of this process, best of ``--repeat``):
@@ -36,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from format_records import DOUBLES, LONGS, STRINGS, message_class
+from format_records import DOUBLES, LONGS, STRINGS, message_class, plain_json_payloads
 from format_records import FORMATS as RECORD_FORMATS
 
 from bergstream.core.api import (
@@ -45,14 +48,17 @@ from bergstream.core.api import (
     SideCodecs,
     StoredSchemas,
     TopicCodecs,
+    TypedLayout,
     TypedRows,
     ValueCodec,
     build_layout,
+    build_layout_of_shapes,
 )
 from bergstream.core.records import BatchInfo, Record, build_batch
 from bergstream.plugins.isk_gateway.files.hotset_layout import parquet_layout
 from bergstream.plugins.isk_gateway.files.synthesis import records_to_table
 from bergstream.plugins.isk_gateway.files.typed_topic import TypedTopic, layout_digest
+from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
 
 SCHEMA_ID = 7
 GOAL_MB_PER_CPU_S = 150
@@ -60,11 +66,12 @@ GOAL_MB_PER_CPU_S = 150
 
 @dataclass
 class Format:
-    """What one format needs: its codec, registered schema, payloads and per-record decode."""
+    """What one format needs: its codec, registered schema (None: plain values, no registry),
+    payloads and per-record decode."""
 
     name: str
     codec: ValueCodec
-    schema: RegisteredSchema
+    schema: RegisteredSchema | None
     payloads: list[bytes]
     #: per-record baselines by name: each decodes every payload given (framing included)
     per_record: dict[str, Callable[[list[bytes]], None]]
@@ -116,10 +123,51 @@ def protobuf_format(records: int) -> Format:
     return Format("protobuf", codec, schema, payloads, {"parse_and_read": parse})
 
 
+def plain_json_format(records: int) -> Format:
+    """The json-schema record unframed, read by the ``json`` codec; baselines: orjson, json."""
+
+    def with_orjson(values: list[bytes]) -> None:
+        loads = orjson.loads
+        for data in values:
+            loads(data)
+
+    def with_json(values: list[bytes]) -> None:
+        loads = json.loads
+        for data in values:
+            loads(data)
+
+    return Format(
+        "json",
+        PlainJsonCodec(),
+        None,
+        plain_json_payloads(records),
+        {"orjson_loads": with_orjson, "json_loads": with_json},
+    )
+
+
 FORMATS: dict[str, Callable[[int], Format]] = {
     "json-schema": json_format,
     "protobuf": protobuf_format,
+    "json": plain_json_format,
 }
+
+
+def typed_topic(fmt: Format, data: bytes) -> TypedTopic:
+    """The typed topic ISK would build: a registry format's layout from its subject's one
+    version, the ``json`` format's from the shapes of every record in ``data``."""
+    if fmt.schema is None:
+        codecs = TopicCodecs("w", SideCodecs({"JSON": fmt.codec}, "w-value"))
+        values = records_to_table(data, 0).column("kafka_value").combine_chunks()
+        shaped = build_layout_of_shapes(
+            ROW_SCHEMA, ROW_SCHEMA.highest_field_id, codecs, StoredSchemas(), values
+        )
+        layout: TypedLayout = shaped.layout
+        source = StoredSchemas().add(list(shaped.shapes.values()))
+    else:
+        codecs = TopicCodecs("w", SideCodecs({fmt.schema.schema_type: fmt.codec}, "w-value"))
+        source = StoredSchemas().add([fmt.schema])
+        layout = build_layout(ROW_SCHEMA, ROW_SCHEMA.highest_field_id, codecs, source)
+    return TypedTopic("w", layout, TypedRows(layout, codecs, source), layout_digest(layout, {}))
 
 
 def measure(fmt: Format, batch_records: int, repeat: int) -> dict[str, Any]:
@@ -134,10 +182,7 @@ def measure(fmt: Format, batch_records: int, repeat: int) -> dict[str, Any]:
     data = bytes(blob)
     megabytes = len(data) / 1e6
 
-    codecs = TopicCodecs("w", SideCodecs({fmt.schema.schema_type: fmt.codec}, "w-value"))
-    source = StoredSchemas().add([fmt.schema])
-    layout = build_layout(ROW_SCHEMA, ROW_SCHEMA.highest_field_id, codecs, source)
-    typed = TypedTopic("w", layout, TypedRows(layout, codecs, source), layout_digest(layout, {}))
+    typed = typed_topic(fmt, data)
 
     def raw() -> int:
         return len(parquet_layout(records_to_table(data, 0)))
@@ -187,7 +232,7 @@ def measure(fmt: Format, batch_records: int, repeat: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--format", choices=sorted(FORMATS), help="one format (default: both)")
+    parser.add_argument("--format", choices=sorted(FORMATS), help="one format (default: all)")
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--batch-records", type=int, default=500)
     parser.add_argument("--repeat", type=int, default=3)

@@ -6,7 +6,8 @@ Folding a new batch takes two declarations: the first lets a key the table has n
 take the column the whole batch makes (integers and numbers seen together make a double); the
 second declares every shape against the columns so made, which is what any other batch of the
 same rows declares too (workers decoding parts of the batch, ISK reading it later). The layout
-folds the second; both folds give the same columns.
+is the first fold's columns (field ids included) with the second declarations as its versions
+(folded into those columns they add none).
 """
 
 from __future__ import annotations
@@ -67,6 +68,21 @@ def _numbered(schemas: list[RegisteredSchema]) -> list[RegisteredSchema]:
     return [replace(s, version=i + 1) for i, s in enumerate(schemas)]
 
 
+def _declare(
+    sides: list[tuple[SideCodecs, pa.Array, bool]], layout: TypedLayout, *, window: bool
+) -> dict[str, list[RegisteredSchema]]:
+    """Each shape side's declared schemas of its values, against ``layout``'s columns."""
+    declared = {}
+    for side_codecs, batch, key in sides:
+        shape_codec = side_codecs.shape_codec
+        assert shape_codec is not None
+        side = layout.key if key else layout.value
+        columns = side_columns(layout, side, key)
+        found = shape_codec.shapes(batch, columns, side_codecs.subject, window=window)
+        declared[side_codecs.subject] = _numbered(found.schemas)
+    return declared
+
+
 def build_layout_of_shapes(
     base: Schema,
     last_column_id: int,
@@ -84,15 +100,11 @@ def build_layout_of_shapes(
             sides.append((side_codecs, batch, key))
     declared: dict[str, list[RegisteredSchema]] = {c.subject: [] for c, _, _ in sides}
     current = build_layout(base, last_column_id, codecs, _WithShapes(source, declared))
-    for window in (True, False):
-        declared = {}
-        for side_codecs, batch, key in sides:
-            shape_codec = side_codecs.shape_codec
-            assert shape_codec is not None
-            side = current.key if key else current.value
-            columns = side_columns(current, side, key)
-            found = shape_codec.shapes(batch, columns, side_codecs.subject, window=window)
-            declared[side_codecs.subject] = _numbered(found.schemas)
-        current = build_layout(base, last_column_id, codecs, _WithShapes(source, declared))
+    declared = _declare(sides, current, window=True)
+    made = build_layout(base, last_column_id, codecs, _WithShapes(source, declared))
+    # The second declarations fit the columns the first made: folded into those columns they
+    # add none, so field ids stay the ones the first fold gave.
+    declared = _declare(sides, made, window=False)
+    current = build_layout(made.schema, made.last_column_id, codecs, _WithShapes(source, declared))
     shapes = {s.schema_id: s for found in declared.values() for s in found}
     return ShapedLayout(current, shapes)

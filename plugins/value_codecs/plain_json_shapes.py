@@ -192,50 +192,132 @@ def _parse(payload: bytes | memoryview) -> Any:
     return json.loads(str(payload, "utf-8"))
 
 
-def observe(values: pa.Array, limit: int = MAX_SHAPES) -> ObservedRows:
+_ShapeKey = tuple[tuple[str, ...], tuple[Kind, ...]]
+
+
+def _row_shape(payload: bytes | memoryview) -> _ShapeKey | str:
+    """A payload's shape (its keys in text order and their values' kinds), or why it has
+    none."""
+    try:
+        parsed = _parse(payload)
+    except UnicodeDecodeError as error:
+        return f"corrupt payload: not UTF-8 ({error.reason} at byte {error.start})"
+    except json.JSONDecodeError as error:
+        return f"corrupt payload: {error.msg} at char {error.pos}"
+    except (ValueError, RecursionError) as error:
+        return f"corrupt payload: {error}"
+    if type(parsed) is not dict:
+        got = "null" if parsed is None else kind_of(parsed).name
+        return f"value: not a JSON object but {'an' if got[0] in 'aeio' else 'a'} {got}"
+    return tuple(parsed), tuple(kind_of(v) for v in parsed.values())
+
+
+class _Observer:
+    """Builds an :class:`ObservedRows` as rows (or groups of rows with one shape) come in row
+    order."""
+
+    def __init__(self, count: int, limit: int) -> None:
+        self.found = ObservedRows(np.full(count, -1, np.int64), [None] * count)
+        self.limit = limit
+        self.index: dict[_ShapeKey, int] = {}
+
+    def add(self, row: int, shape: _ShapeKey | str) -> int | str:
+        """The shape index of ``row`` (the first of its group) with ``shape``, or its error."""
+        if isinstance(shape, str):
+            return shape
+        position = self.index.get(shape)
+        if position is None:
+            found = self.found
+            if len(found.shapes) >= self.limit:
+                return (
+                    f"more than {self.limit} distinct shapes in one batch: this one is kept as "
+                    "bytes"
+                )
+            position = self.index[shape] = len(found.shapes)
+            found.shapes.append(Shape(shape[0], list(shape[1])))
+            found.telling.append(row)
+        return position
+
+
+def observe(values: pa.Array, limit: int = MAX_SHAPES, *, fast: bool = True) -> ObservedRows:
     """The shapes of a window of plain JSON payloads (``large_binary``, nulls allowed: a null
     row has no shape and no error). A payload that is not JSON, or not a JSON object, has no
-    shape; its error says why."""
+    shape; its error says why.
+
+    ``fast`` (the same result either way) lets the compiled scanner of
+    :mod:`.plain_json_scan` group rows by skeleton first, so only the first row of each
+    skeleton (and the rows it leaves alone) is parsed in Python."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
-    count = len(values)
-    shape_of = np.full(count, -1, np.int64)
-    errors: list[str | None] = [None] * count
-    found = ObservedRows(shape_of, errors)
-    index: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
+    if fast:
+        return _observe_fast(values, limit)
+    observer = _Observer(len(values), limit)
+    found = observer.found
     for row, scalar in enumerate(values):
         payload = scalar.as_buffer() if scalar.is_valid else None
         if payload is None:
             continue
-        try:
-            parsed = _parse(memoryview(payload))
-        except UnicodeDecodeError as error:
-            errors[row] = f"corrupt payload: not UTF-8 ({error.reason} at byte {error.start})"
+        position = observer.add(row, _row_shape(memoryview(payload)))
+        if isinstance(position, str):
+            found.errors[row] = position
             continue
-        except json.JSONDecodeError as error:
-            errors[row] = f"corrupt payload: {error.msg} at char {error.pos}"
-            continue
-        except (ValueError, RecursionError) as error:
-            errors[row] = f"corrupt payload: {error}"
-            continue
-        if type(parsed) is not dict:
-            got = "null" if parsed is None else kind_of(parsed).name
-            errors[row] = f"value: not a JSON object but {'an' if got[0] in 'aeio' else 'a'} {got}"
-            continue
-        kinds = tuple(kind_of(v) for v in parsed.values())
-        key = (tuple(parsed), kinds)
-        position = index.get(key)
-        if position is None:
-            if len(found.shapes) >= limit:
-                errors[row] = (
-                    f"more than {limit} distinct shapes in one batch: this one is kept as bytes"
-                )
-                continue
-            position = index[key] = len(found.shapes)
-            found.shapes.append(Shape(key[0], list(kinds)))
-            found.telling.append(row)
         found.shapes[position].rows += 1
-        shape_of[row] = position
+        found.shape_of[row] = position
+    return found
+
+
+#: Distinct skeletons the scanner tells apart in one window (rows of further ones are parsed
+#: one by one): many more than shapes, as rows of one shape may have many skeletons.
+_MAX_SKELETONS = 65_536
+
+
+def _observe_fast(values: pa.Array, limit: int) -> ObservedRows:
+    from bergstream.plugins.value_codecs.plain_json_scan import SLOW_ROW, scan_skeletons
+
+    if values.type != pa.large_binary():
+        values = values.cast(pa.large_binary())
+    count = len(values)
+    observer = _Observer(count, limit)
+    found = observer.found
+    if not count:
+        return found
+    buffers = values.buffers()
+    offsets = np.frombuffer(buffers[1], np.int64)[values.offset : values.offset + count + 1]
+    data = np.frombuffer(buffers[2], np.uint8) if buffers[2] is not None else np.zeros(1, np.uint8)
+    valid = ~np.asarray(values.is_null(), dtype=bool) if values.null_count else np.ones(count, bool)
+    skeleton_of, first_rows = scan_skeletons(data, offsets, valid, _MAX_SKELETONS)
+    # in row order: the first row of each skeleton (standing for all its rows) and each row
+    # the scanner left alone
+    slow = np.flatnonzero(skeleton_of == SLOW_ROW)
+    events = np.concatenate([first_rows, slow])
+    events.sort(kind="stable")
+    by_skeleton = np.full(len(first_rows), -1, np.int64)
+    skeleton_errors: dict[int, str] = {}
+    starts, ends = offsets[:-1], offsets[1:]
+    for row in events.tolist():
+        payload = memoryview(data[starts[row] : ends[row]])
+        position = observer.add(row, _row_shape(payload))
+        skeleton = int(skeleton_of[row])
+        if skeleton >= 0:
+            if isinstance(position, str):
+                skeleton_errors[skeleton] = position
+            else:
+                by_skeleton[skeleton] = position
+        elif isinstance(position, str):
+            found.errors[row] = position
+        else:
+            found.shape_of[row] = position
+    shape_of = found.shape_of
+    scanned = skeleton_of >= 0
+    shape_of[scanned] = by_skeleton[skeleton_of[scanned]]
+    if skeleton_errors:
+        failed = np.zeros(len(first_rows), bool)
+        failed[list(skeleton_errors)] = True
+        for row in np.flatnonzero(scanned & failed[np.maximum(skeleton_of, 0)]).tolist():
+            found.errors[row] = skeleton_errors[int(skeleton_of[row])]
+    tally = np.bincount(shape_of[shape_of >= 0], minlength=len(found.shapes))
+    for shape, rows in zip(found.shapes, tally.tolist(), strict=True):
+        shape.rows = rows
     return found
 
 
@@ -317,9 +399,11 @@ def _of_kind(kind: Kind) -> dict[str, Any]:
     return _declare(_column_of_kind(kind), kind)
 
 
-def _declare(column: _Column, kind: Kind) -> dict[str, Any]:
+def _declare(column: _Column, kind: Kind, joined: Kind | None = None) -> dict[str, Any]:
     """The JSON Schema of values of ``kind`` read into ``column``: its column's type where that
-    takes them, else the kind's own (which the fold then refuses)."""
+    takes them, else the kind's own (which the fold then refuses). A nested field ``column``
+    lacks takes the column the window's join there makes (``joined``: the window's kind at this
+    path; None: the field's own kind)."""
     nullable = kind.nullable
     if kind.name == "null":
         return _of_column(column, True)
@@ -338,15 +422,20 @@ def _declare(column: _Column, kind: Kind) -> dict[str, Any]:
     if column.kind == "struct" and kind.name == "object" and kind.clean:
         properties = {}
         for key, child in kind.fields:
-            inner = column.field(key) or _column_of_kind(child)
-            properties[key] = _declare(inner, child)
+            wide = joined.field(key) if joined is not None and joined.name == "object" else None
+            inner = column.field(key) or _column_of_kind(wide or child)
+            properties[key] = _declare(inner, child, wide)
         return {**_typed("object", nullable), "properties": properties}
     if column.kind == "list" and kind.name == "array" and kind.clean:
         assert column.element is not None
         items = (
             _of_column(column.element, False)
             if kind.items is None
-            else _declare(column.element, kind.items)
+            else _declare(
+                column.element,
+                kind.items,
+                joined.items if joined is not None and joined.name == "array" else None,
+            )
         )
         return {**_typed("array", nullable), "items": items}
     if column.kind == "other":
@@ -379,7 +468,7 @@ def declare_shapes(
         properties = {}
         for key, kind in zip(shape.keys, shape.kinds, strict=True):
             column = table.get(key) or _column_of_kind(joined.get(key, kind))
-            properties[key] = _declare(column, kind)
+            properties[key] = _declare(column, kind, joined.get(key))
         schema = {"type": "object", "properties": properties}
         texts.append(json.dumps(schema, separators=(",", ":"), ensure_ascii=False))
     return texts

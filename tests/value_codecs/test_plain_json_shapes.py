@@ -21,6 +21,7 @@ from bergstream.core.api import (
     TopicCodecs,
     TypedLayout,
     build_layout,
+    build_layout_of_shapes,
 )
 from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
 from bergstream.plugins.value_codecs.plain_json_shapes import (
@@ -185,8 +186,21 @@ def settle(values: pa.Array, base: TypedLayout | None = None) -> tuple[Any, Type
     first = codec.shapes(values, columns, SUBJECT, window=True)
     made = fold(first.schemas, base)
     final = codec.shapes(values, value_columns(made), SUBJECT)
-    layout = fold(final.schemas, base)
-    assert layout.schema.as_struct() == made.schema.as_struct()
+    layout = fold(final.schemas, made)
+    # the columns the first fold made keep their ids (the second may add some: keys of shapes
+    # it takes and the first refused)
+    made_fields = {f.field_id: f.name for f in made.schema.fields}
+    kept = {f.field_id: f.name for f in layout.schema.fields}
+    assert {i: kept.get(i) for i in made_fields} == made_fields
+    core = build_layout_of_shapes(
+        ROW_SCHEMA if base is None else base.schema,
+        ROW_SCHEMA.highest_field_id if base is None else base.last_column_id,
+        TopicCodecs("t", SideCodecs({"JSON": codec}, SUBJECT)),
+        StoredSchemas(),
+        values,
+    )
+    assert core.layout.schema.as_struct() == layout.schema.as_struct()
+    assert sorted(core.shapes) == sorted({s.schema_id for s in final.schemas})
     return final, layout
 
 
