@@ -20,8 +20,11 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
+import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from bergstream.core.api import NO_FRAMING, RegisteredSchema, ResolvedLake, TopicCodecsResolver
+from bergstream.core.row_contract import RowRecord
+from bergstream.pipeline.settings import PipelineLake
+from bergstream.pipeline.stream import run_pipeline
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
 from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
 from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
@@ -48,9 +54,20 @@ from bergstream.plugins.value_codecs.avro_types import branch_names, is_null, un
 from tests.isk_tables.support import open_table
 from tests.isk_typed.avro_kit import codecs_settings, typed_context
 from tests.ksi.avro_kit import framed
-from tests.ksi.stack_kit import Seen
+from tests.ksi.stack_kit import Seen, start_ksi_proxy
+from tests.pipeline.lake_testkit import Produced, consume_all, produce
+from tests.pipeline.typed_kit import (
+    coldset,
+    decoder_of,
+    sorted_rows,
+    truth_table,
+    typing_for,
+)
 from tests.value_codecs.avro_gen import avro_schemas, from_fastavro, values_of
 from tests.value_codecs.noncanonical import LiberalWriter
+
+#: A function drawing with hypothesis' ``data()`` (see :func:`generation_only`).
+Drawing = Callable[[st.DataObject], None]
 
 #: Values per example produced with confluent-kafka's AvroSerializer.
 CANONICAL = 6
@@ -153,21 +170,32 @@ def parse(schema: Any) -> AvroNode:
     return parse_avro(RegisteredSchema(0, "AVRO", json.dumps(schema)))
 
 
+def generation_only(count: int, seed: int) -> Callable[[Drawing], Callable[[], None]]:
+    """A decorator running ``body`` on ``count`` examples hypothesis draws from ``seed``,
+    generation only (nothing to shrink or replay: the checks run later over all the draws)."""
+
+    def wrap(body: Drawing) -> Callable[[], None]:
+        run: Callable[[], None] = hypothesis_seed(seed)(
+            settings(
+                max_examples=count,
+                database=None,
+                deadline=None,
+                phases=[Phase.generate],
+                suppress_health_check=list(HealthCheck),
+            )(given(st.data())(body))
+        )
+        return run
+
+    return wrap
+
+
 def draw_examples(count: int, seed: int, *, start: int = 0, schema: Any = None) -> list[Example]:
     """``count`` examples drawn by hypothesis (one hypothesis example each, generation only:
     nothing to shrink, the checks run later over all of them), fields ``p{start}`` on; each a
     generated schema, or ``schema`` when given."""
     drawn: list[Example] = []
 
-    @hypothesis_seed(seed)
-    @settings(
-        max_examples=count,
-        database=None,
-        deadline=None,
-        phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(st.data())
+    @generation_only(count, seed)
     def collect(data: st.DataObject) -> None:
         index = start + len(drawn)
         source = schema if schema is not None else data.draw(avro_schemas(), label="schema")
@@ -497,3 +525,130 @@ async def _read_all(bootstrap: str, topic: str, partitions: int, count: int) -> 
         return sorted(got)
     finally:
         await consumer.stop()
+
+
+# -- steps shared by the property tests of every format ------------------------------------
+
+
+def property_seed() -> int:
+    """The seed of a property test's draw: ``BERGSTREAM_PROPERTY_SEED``, ``random`` for a new
+    draw; a fixed default keeps CI reproducible."""
+    setting = os.environ.get("BERGSTREAM_PROPERTY_SEED") or "20261124"
+    return random.randrange(2**32) if setting == "random" else int(setting)
+
+
+def property_examples(least: int = 0) -> int:
+    """How many examples a property test draws: ``BERGSTREAM_PROPERTY_EXAMPLES`` (60 by
+    default), at least ``least`` when it is given."""
+    count = int(os.environ.get("BERGSTREAM_PROPERTY_EXAMPLES", "60"))
+    return max(least, count) if least else count
+
+
+@dataclass(frozen=True)
+class TypedRun:
+    """A topic after one typed pipeline run: the coldset table, its rows as PyIceberg reads
+    them and as core's decoder makes them of the records Kafka holds, by (partition, offset)."""
+
+    table: Table
+    by_pyiceberg: list[dict[str, Any]]
+    by_decoder: list[dict[str, Any]]
+
+
+def produce_and_run(
+    spark: Any,
+    lake: PipelineLake,
+    bootstrap: str,
+    registry_url: str,
+    topic: str,
+    home: Path,
+    values: list[bytes | None],
+    partitions: int,
+    note: str = "",
+) -> TypedRun:
+    """Produces ``values`` (record ``n``: partition ``n % partitions``, key ``k<n>``, one header
+    ``n``: ``<n>``, timestamp ``FIRST_MS + n``), runs the pipeline once over ``topic`` typed by
+    the registry and reads the result (``note`` goes into the failure message)."""
+    produce(bootstrap, topic, [
+        Produced(n % partitions, b"k%d" % n, value, (("n", b"%d" % n),), FIRST_MS + n)
+        for n, value in enumerate(values)
+    ])  # fmt: skip
+    typing = typing_for(home, registry_url, topic)
+    result = run_pipeline(spark, lake, topic, once=True, report=lambda line: None, codecs=typing)
+    assert result.records == len(values), note
+    table = coldset(lake, topic)
+    by_pyiceberg = sorted_rows(table.scan().to_arrow())
+    truth = truth_table(bootstrap, topic, partitions)
+    by_decoder = sorted_rows(decoder_of(typing).decode(truth).table)
+    return TypedRun(table, by_pyiceberg, by_decoder)
+
+
+def spark_rows(spark: Any, name: str) -> list[dict[str, Any]]:
+    """The table read by Spark into Arrow (session time zone UTC while reading, so timestamps
+    of any year convert), by partition then offset."""
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    try:
+        rows = spark.table(name).toArrow().to_pylist()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+    return by_position(rows)
+
+
+def assert_hotset_is_coldset(
+    home: Path, bootstrap: str, registry_url: str, topic: str, lake: ResolvedLake, table: Table,
+    note: str = "",
+) -> None:  # fmt: skip
+    """ISK's ``hotset.<topic>`` has the coldset's schema and its files hold the coldset files'
+    rows (``note`` goes into the failure message)."""
+    hot_schema, by_hotset = hotset_rows(home, bootstrap, registry_url, topic, lake)
+    assert hot_schema.as_struct() == table.schema().as_struct()
+    assert by_hotset == coldset_file_rows(table), note
+
+
+def seen_of(kept: RowRecord) -> Seen:
+    """A record read from Kafka as clients see it."""
+    record = kept.record
+    return (kept.partition, record.offset, record.timestamp, record.key, record.value,
+            tuple(record.headers))  # fmt: skip
+
+
+def delete_records_of(bootstrap: str, topic: str, records: list[RowRecord]) -> None:
+    """DeleteRecords of every record of ``records`` (each partition's up to its last one)."""
+    ends: dict[int, int] = {}
+    for r in records:
+        ends[r.partition] = max(ends.get(r.partition, 0), r.record.offset + 1)
+    delete_everything(bootstrap, topic, ends)
+
+
+def take_all_records(bootstrap: str, topic: str, partitions: int) -> list[Seen]:
+    """Every record of ``topic`` as Kafka held it (:data:`Seen`, sorted), then DeleteRecords
+    of all of them."""
+    records = consume_all(bootstrap, topic, partitions)
+    delete_records_of(bootstrap, topic, records)
+    return sorted(seen_of(r) for r in records)
+
+
+def read_through_ksi(
+    home: Path, bootstrap: str, topic: str, config: str, partitions: int, count: int
+) -> tuple[list[Seen], str]:
+    """Every record (``count`` of them expected) a KSI proxy over ``bootstrap`` serves of
+    ``topic`` (``config``: its ``lake:`` and ``codecs:`` sections, see :func:`ksi_config`), and
+    the proxy's log."""
+    proxy = start_ksi_proxy(home, bootstrap, [topic], config)
+    try:
+        got = read_all(proxy.bootstrap, topic, partitions, count)
+    finally:
+        proxy.stop()
+    return got, proxy.log()
+
+
+def ksi_after_delete(
+    home: Path, bootstrap: str, lake: ResolvedLake, registry_url: str, topic: str, partitions: int
+) -> tuple[list[Seen], list[Seen], str]:
+    """Every record of ``topic`` as Kafka held it, then DeleteRecords of all of them
+    (:func:`take_all_records`), then what a KSI proxy typing values by the registry serves
+    (:func:`read_through_ksi`): ``(served, held, the proxy's log)``."""
+    held = take_all_records(bootstrap, topic, partitions)
+    config = ksi_config(lake, registry_url, topic)
+    served, log = read_through_ksi(home, bootstrap, topic, config, partitions, len(held))
+    return served, held, log

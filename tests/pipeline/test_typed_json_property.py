@@ -22,8 +22,6 @@ rows; after DeleteRecords of everything, KSI serves every record byte for byte.
 from __future__ import annotations
 
 import json
-import os
-import random
 import re
 import uuid
 from collections.abc import Callable
@@ -32,33 +30,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from bergstream.core.api import VALUE_ERROR_COLUMN, RegisteredSchema
 from bergstream.pipeline.settings import PipelineLake
-from bergstream.pipeline.stream import run_pipeline
 from bergstream.plugins.value_codecs.json_schema_types import JsonNode, parse_json_schema
-from tests.ksi.stack_kit import start_ksi_proxy
-from tests.pipeline.lake_testkit import Produced, consume_all, produce
 from tests.pipeline.property_kit import (
-    coldset_file_rows,
-    delete_everything,
-    hotset_rows,
-    ksi_config,
-    read_all,
+    assert_hotset_is_coldset,
+    generation_only,
+    ksi_after_delete,
+    produce_and_run,
+    property_examples,
+    property_seed,
+    spark_rows,
 )
-from tests.pipeline.typed_kit import FIRST_MS, coldset, decoder_of, sorted_rows, truth_table
-from tests.pipeline.typed_kit import typing_for as make_typing
 from tests.value_codecs.json_gen import LiberalWriter, expected, object_schemas, values_of
 
 pytestmark = pytest.mark.slow
 
 PARTS = 2
-EXAMPLES = max(50, int(os.environ.get("BERGSTREAM_PROPERTY_EXAMPLES", "60")))
-_SEED_SETTING = os.environ.get("BERGSTREAM_PROPERTY_SEED") or "20261124"
-SEED = random.randrange(2**32) if _SEED_SETTING == "random" else int(_SEED_SETTING)
+EXAMPLES = property_examples(50)
+SEED = property_seed()
 CANONICAL = 3  # values per example produced by JSONSerializer
 LIBERAL = 2  # values per example written liberally
 _REF = re.compile(r"^#/(definitions|\$defs)/(.+)$")
@@ -105,15 +97,7 @@ def draw_examples(count: int, seed: int) -> list[Example]:
     """``count`` examples drawn by hypothesis (generation only; the checks run later)."""
     drawn: list[Example] = []
 
-    @hypothesis_seed(seed)
-    @settings(
-        max_examples=count,
-        database=None,
-        deadline=None,
-        phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(st.data())
+    @generation_only(count, seed)
     def collect(data: st.DataObject) -> None:
         schema = data.draw(object_schemas(), label="schema")
         node = _node(schema)
@@ -227,16 +211,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _spark_rows(spark: Any, name: str) -> list[dict[str, Any]]:
-    zone = spark.conf.get("spark.sql.session.timeZone")
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    try:
-        rows = spark.table(name).toArrow().to_pylist()
-    finally:
-        spark.conf.set("spark.sql.session.timeZone", zone)
-    return sorted(rows, key=lambda r: (r["kafka_partition"], r["kafka_offset"]))
-
-
 def test_generated_json_schemas_round_trip(
     spark: Any,
     lake: PipelineLake,
@@ -250,19 +224,11 @@ def test_generated_json_schemas_round_trip(
     assert len(examples) >= 50, f"hypothesis drew {len(examples)} examples"
     topic = create_topic(PARTS, prefix="typed-json-prop")
     planned = plan_records(examples, registry_url, topic)
-    produce(kafka_bootstrap, topic, [
-        Produced(p.number % PARTS, b"k%d" % p.number, p.value, (("n", b"%d" % p.number),),
-                 FIRST_MS + p.number)
-        for p in planned
-    ])  # fmt: skip
-    typing = make_typing(tmp_path, registry_url, topic)
-    result = run_pipeline(spark, lake, topic, once=True, report=lambda line: None, codecs=typing)
-    assert result.records == len(planned)
-
-    table = coldset(lake, topic)
-    by_pyiceberg = sorted_rows(table.scan().to_arrow())
-    truth = truth_table(kafka_bootstrap, topic, PARTS)
-    by_decoder = sorted_rows(decoder_of(typing).decode(truth).table)
+    run = produce_and_run(
+        spark, lake, kafka_bootstrap, registry_url, topic, tmp_path,
+        [p.value for p in planned], PARTS,
+    )  # fmt: skip
+    by_pyiceberg, by_decoder = run.by_pyiceberg, run.by_decoder
     nodes = {f.name: f.node for f in _node(wrapper_schema(examples)).fields}
     for got, want in zip(by_pyiceberg, by_decoder, strict=True):
         differ = [
@@ -294,26 +260,12 @@ def test_generated_json_schemas_round_trip(
                 f"{where}, column {example.field}: read {row[example.field]!r}, meant {want!r}"
             )
 
-    by_spark = _spark_rows(spark, lake.spark_table_name(topic))
+    by_spark = spark_rows(spark, lake.spark_table_name(topic))
     assert [_plain(r) for r in by_spark] == [_plain(r) for r in by_decoder], f"seed {SEED}"
 
-    hot_schema, by_hotset = hotset_rows(tmp_path, kafka_bootstrap, registry_url, topic, lake)
-    assert hot_schema.as_struct() == table.schema().as_struct()
-    assert by_hotset == coldset_file_rows(table), f"seed {SEED}"
-
-    records = consume_all(kafka_bootstrap, topic, PARTS)
-    seen = sorted(
-        (r.partition, r.record.offset, r.record.timestamp, r.record.key, r.record.value,
-         tuple(r.record.headers))
-        for r in records
-    )  # fmt: skip
-    ends = {p: 1 + max(r.record.offset for r in records if r.partition == p) for p in range(PARTS)}
-    delete_everything(kafka_bootstrap, topic, ends)
-    proxy = start_ksi_proxy(
-        tmp_path, kafka_bootstrap, [topic], ksi_config(lake, registry_url, topic)
+    assert_hotset_is_coldset(
+        tmp_path, kafka_bootstrap, registry_url, topic, lake, run.table, f"seed {SEED}"
     )
-    try:
-        got = read_all(proxy.bootstrap, topic, PARTS, len(seen))
-    finally:
-        proxy.stop()
-    assert got == seen, f"seed {SEED}\n{proxy.log()[-3000:]}"
+
+    got, seen, log = ksi_after_delete(tmp_path, kafka_bootstrap, lake, registry_url, topic, PARTS)
+    assert got == seen, f"seed {SEED}\n{log[-3000:]}"

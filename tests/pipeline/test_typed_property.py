@@ -25,8 +25,6 @@ every record byte for byte (value, key, headers, timestamp) from the coldset.
 
 from __future__ import annotations
 
-import os
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,18 +38,18 @@ from bergstream.core.api import (
     VALUE_ERROR_COLUMN,
     VALUE_SCHEMA_ID_COLUMN,
 )
-from bergstream.core.row_contract import RowRecord, record_to_row
+from bergstream.core.row_contract import record_to_row
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import run_pipeline
 from bergstream.plugins.value_codecs.avro_schema import AvroNode
-from tests.ksi.stack_kit import Seen, start_ksi_proxy
+from tests.ksi.stack_kit import Seen
 from tests.pipeline.lake_testkit import Produced, consume_all, produce
 from tests.pipeline.property_kit import (
     ALL_FEATURES,
     Planned,
     as_pyiceberg,
     coldset_file_rows,
-    delete_everything,
+    delete_records_of,
     draw_examples,
     expected_values,
     from_spark,
@@ -60,7 +58,11 @@ from tests.pipeline.property_kit import (
     ksi_config,
     parse,
     plan_records,
-    read_all,
+    property_examples,
+    property_seed,
+    read_through_ksi,
+    seen_of,
+    spark_rows,
     wrapper_schema,
     wrapper_value,
 )
@@ -70,11 +72,8 @@ from tests.value_codecs.avro_gen import from_arrow
 pytestmark = pytest.mark.slow
 
 PARTS = 2
-EXAMPLES = int(os.environ.get("BERGSTREAM_PROPERTY_EXAMPLES", "60"))
-# A fixed default keeps CI reproducible; set BERGSTREAM_PROPERTY_SEED=random (or a number) to
-# explore other draws.
-_SEED_SETTING = os.environ.get("BERGSTREAM_PROPERTY_SEED") or "20261124"
-SEED = random.randrange(2**32) if _SEED_SETTING == "random" else int(_SEED_SETTING)
+EXAMPLES = property_examples()
+SEED = property_seed()
 CONTRACT = [name for name in ROW_ARROW_SCHEMA.names if name != "kafka_value"]
 
 
@@ -101,18 +100,6 @@ class World:
 
 def _quiet(line: str) -> None:
     pass
-
-
-def _spark_rows(spark: Any, name: str) -> list[dict[str, Any]]:
-    """The table read by Spark into Arrow (session time zone UTC while reading, so timestamps
-    of any year convert), by partition then offset."""
-    zone = spark.conf.get("spark.sql.session.timeZone")
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    try:
-        rows = spark.table(name).toArrow().to_pylist()
-    finally:
-        spark.conf.set("spark.sql.session.timeZone", zone)
-    return sorted(rows, key=lambda r: (r["kafka_partition"], r["kafka_offset"]))
 
 
 @pytest.fixture(scope="module")
@@ -155,14 +142,11 @@ def world(
     assert result.records == len(planned)
     table = coldset(lake, topic)
     by_pyiceberg = sorted_rows(table.scan().to_arrow())
-    by_spark = _spark_rows(spark, lake.spark_table_name(topic))
+    by_spark = spark_rows(spark, lake.spark_table_name(topic))
     by_files = coldset_file_rows(table)
     hotset_schema, by_hotset = hotset_rows(home, kafka_bootstrap, registry_url, topic, lake)
 
-    ends: dict[int, int] = {}
-    for r in records:
-        ends[r.partition] = max(ends.get(r.partition, 0), r.record.offset + 1)
-    delete_everything(kafka_bootstrap, topic, ends)
+    delete_records_of(kafka_bootstrap, topic, records)
     return World(
         topic=topic,
         schema_id=schema_id,
@@ -170,7 +154,7 @@ def world(
         node=node,
         planned=placed,
         expected=expected,
-        truth=sorted(_seen(r) for r in records),
+        truth=sorted(seen_of(r) for r in records),
         contract={
             (r.partition, r.record.offset): record_to_row(r.partition, r.record, r.timestamp_type)
             for r in records
@@ -183,13 +167,6 @@ def world(
         by_hotset=by_hotset,
         ksi_config=ksi_config(lake, registry_url, topic),
     )
-
-
-def _seen(kept: RowRecord) -> Seen:
-    """A record read from Kafka as clients see it."""
-    record = kept.record
-    return (kept.partition, record.offset, record.timestamp, record.key, record.value,
-            tuple(record.headers))  # fmt: skip
 
 
 def _record(world: World, row: dict[str, Any]) -> tuple[Planned, str]:
@@ -273,13 +250,11 @@ def test_isk_hotset_rows_equal_the_coldset_rows(world: World) -> None:
 def test_ksi_serves_every_record_byte_for_byte(
     world: World, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    proxy = start_ksi_proxy(tmp_path, kafka_bootstrap, [world.topic], world.ksi_config)
-    try:
-        got = read_all(proxy.bootstrap, world.topic, PARTS, len(world.truth))
-    finally:
-        proxy.stop()
-    assert len(got) == len(world.truth), proxy.log()[-3000:]
+    got, log = read_through_ksi(
+        tmp_path, kafka_bootstrap, world.topic, world.ksi_config, PARTS, len(world.truth)
+    )
+    assert len(got) == len(world.truth), log[-3000:]
     for seen, truth in zip(got, world.truth, strict=True):
         record = world.planned[(truth[0], truth[1])]
         assert seen == truth, f"KSI: record {record.number} ({record.kind}), seed {SEED}"
-    assert "coldset failed" not in proxy.log()
+    assert "coldset failed" not in log

@@ -30,7 +30,6 @@ every record byte for byte.
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 import re
 import tempfile
@@ -42,25 +41,20 @@ from typing import Any
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from bergstream.core.api import NO_FRAMING, VALUE_ERROR_COLUMN
 from bergstream.pipeline.settings import PipelineLake
-from bergstream.pipeline.stream import run_pipeline
-from tests.ksi.stack_kit import start_ksi_proxy
-from tests.pipeline.lake_testkit import Produced, consume_all, produce
 from tests.pipeline.property_kit import (
     UNKNOWN_ID,
-    coldset_file_rows,
-    delete_everything,
-    hotset_rows,
-    ksi_config,
-    read_all,
+    assert_hotset_is_coldset,
+    generation_only,
+    ksi_after_delete,
+    produce_and_run,
+    property_examples,
+    property_seed,
+    spark_rows,
 )
-from tests.pipeline.typed_kit import FIRST_MS, coldset, decoder_of, sorted_rows, truth_table
-from tests.pipeline.typed_kit import typing_for as make_typing
 from tests.value_codecs.protobuf_gen import (
     GenField,
     GenMessage,
@@ -77,9 +71,8 @@ from tests.value_codecs.protobuf_gen import (
 pytestmark = pytest.mark.slow
 
 PARTS = 2
-EXAMPLES = max(50, int(os.environ.get("BERGSTREAM_PROPERTY_EXAMPLES", "60")))
-_SEED_SETTING = os.environ.get("BERGSTREAM_PROPERTY_SEED") or "20261124"
-SEED = random.randrange(2**32) if _SEED_SETTING == "random" else int(_SEED_SETTING)
+EXAMPLES = property_examples(50)
+SEED = property_seed()
 CANONICAL = 3  # values per example produced by ProtobufSerializer
 LIBERAL = 3  # values per example written liberally
 WRAPPER = "PropertyValue"
@@ -102,16 +95,8 @@ def draw_examples(count: int, seed: int) -> list[Example]:
     kept: set[str] = set()
     classes: dict[str, type[Message]] = {}
 
-    @hypothesis_seed(seed)
-    @settings(
-        # hypothesis draws many near copies of a schema; only distinct ones are kept
-        max_examples=count * 3,
-        database=None,
-        deadline=None,
-        phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(st.data())
+    # hypothesis draws many near copies of a schema; only distinct ones are kept
+    @generation_only(count * 3, seed)
     def collect(data: st.DataObject) -> None:
         # The draws depend on nothing but hypothesis' choices (whether the example is kept
         # must not change them): a schema's class is compiled once, under a fixed name.
@@ -277,16 +262,6 @@ def _first_difference(got: Any, want: Any, path: str) -> str:
     return f"{path}: read {got!r}, expected {want!r}"
 
 
-def _spark_rows(spark: Any, name: str) -> list[dict[str, Any]]:
-    zone = spark.conf.get("spark.sql.session.timeZone")
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    try:
-        rows = spark.table(name).toArrow().to_pylist()
-    finally:
-        spark.conf.set("spark.sql.session.timeZone", zone)
-    return sorted(rows, key=lambda r: (r["kafka_partition"], r["kafka_offset"]))
-
-
 def test_generated_protobuf_schemas_round_trip(
     spark: Any,
     lake: PipelineLake,
@@ -312,19 +287,11 @@ def test_generated_protobuf_schemas_round_trip(
         descriptor_pool.Default().FindMessageTypeByName(f"prop.{tag}.{WRAPPER}")
     )
     planned = plan_records(examples, wrapper, registry_url, topic)
-    produce(kafka_bootstrap, topic, [
-        Produced(p.number % PARTS, b"k%d" % p.number, p.value, (("n", b"%d" % p.number),),
-                 FIRST_MS + p.number)
-        for p in planned
-    ])  # fmt: skip
-    typing = make_typing(tmp_path, registry_url, topic)
-    result = run_pipeline(spark, lake, topic, once=True, report=lambda line: None, codecs=typing)
-    assert result.records == len(planned), f"seed {SEED}"
-
-    table = coldset(lake, topic)
-    by_pyiceberg = sorted_rows(table.scan().to_arrow())
-    truth = truth_table(kafka_bootstrap, topic, PARTS)
-    by_decoder = sorted_rows(decoder_of(typing).decode(truth).table)
+    run = produce_and_run(
+        spark, lake, kafka_bootstrap, registry_url, topic, tmp_path,
+        [p.value for p in planned], PARTS, f"seed {SEED}",
+    )  # fmt: skip
+    by_pyiceberg, by_decoder = run.by_pyiceberg, run.by_decoder
     assert len(by_pyiceberg) == len(by_decoder) == len(planned), f"seed {SEED}"
     for got, want in zip(by_pyiceberg, by_decoder, strict=True):
         number = int(got["kafka_headers"][0]["value"])
@@ -360,34 +327,20 @@ def test_generated_protobuf_schemas_round_trip(
                 f"\n{proto_file(example.syntax, 'x', [example.schema], example.schema.imports())}"
             )
 
-    by_spark = _spark_rows(spark, lake.spark_table_name(topic))
+    by_spark = spark_rows(spark, lake.spark_table_name(topic))
     for got, want in zip(by_spark, by_decoder, strict=True):
         differ = [c for c in want if got[c] != want[c]]
         assert not differ, f"seed {SEED}: Spark, offset {got['kafka_offset']}: " + "; ".join(
             _first_difference(got[c], want[c], c) for c in differ[:3]
         )
 
-    hot_schema, by_hotset = hotset_rows(tmp_path, kafka_bootstrap, registry_url, topic, lake)
-    assert hot_schema.as_struct() == table.schema().as_struct()
-    assert by_hotset == coldset_file_rows(table), f"seed {SEED}"
-
-    records = consume_all(kafka_bootstrap, topic, PARTS)
-    seen = sorted(
-        (r.partition, r.record.offset, r.record.timestamp, r.record.key, r.record.value,
-         tuple(r.record.headers))
-        for r in records
-    )  # fmt: skip
-    ends = {p: 1 + max(r.record.offset for r in records if r.partition == p) for p in range(PARTS)}
-    delete_everything(kafka_bootstrap, topic, ends)
-    proxy = start_ksi_proxy(
-        tmp_path, kafka_bootstrap, [topic], ksi_config(lake, registry_url, topic)
+    assert_hotset_is_coldset(
+        tmp_path, kafka_bootstrap, registry_url, topic, lake, run.table, f"seed {SEED}"
     )
-    try:
-        got = read_all(proxy.bootstrap, topic, PARTS, len(seen))
-    finally:
-        proxy.stop()
+
+    got, seen, log = ksi_after_delete(tmp_path, kafka_bootstrap, lake, registry_url, topic, PARTS)
     assert len(got) == len(seen), (
-        f"seed {SEED}: KSI served {len(got)} of {len(seen)} records\n{proxy.log()[-3000:]}"
+        f"seed {SEED}: KSI served {len(got)} of {len(seen)} records\n{log[-3000:]}"
     )
     for a, b in zip(got, seen, strict=True):
-        assert a == b, f"seed {SEED}: KSI served {a!r}, Kafka held {b!r}\n{proxy.log()[-3000:]}"
+        assert a == b, f"seed {SEED}: KSI served {a!r}, Kafka held {b!r}\n{log[-3000:]}"

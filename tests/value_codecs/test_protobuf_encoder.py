@@ -14,52 +14,18 @@ numbers or neither, out-of-range unsigned values), and from hand-made edge cases
 from __future__ import annotations
 
 import decimal
-import os
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 from google.protobuf.message import Message
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from bergstream.core.api import RegisteredSchema
-from bergstream.plugins.value_codecs.protobuf_codec import ProtobufCodec
 from bergstream.plugins.value_codecs.protobuf_encoder import compile_encoder, encoder_for
-from tests.value_codecs.protobuf_gen import PROTO2, PROTO3, LiberalWriter, messages
-
-SETTINGS = settings(
-    max_examples=int(os.environ.get("PROTOBUF_EXAMPLES", "60")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-
-CODEC = ProtobufCodec()
-
-PROTO2_PLAIN = """
-syntax = "proto2";
-package enc.v2;
-message Legacy {
-  optional int32 a = 1 [default = 7];
-  optional string s = 2 [default = "hi"];
-  required int64 r = 3;
-  repeated int32 unpacked = 4;
-  repeated sint32 packed = 5 [packed = true];
-  enum Mode { option allow_alias = true; SLOW = 1; FAST = 2; ALIAS_FAST = 2; }
-  optional Mode mode = 6;
-  repeated Mode modes = 7;
-  optional bytes b = 11;
-  optional double d = 12;
-  optional uint32 u = 13;
-  enum Level { NONE = 0; HIGH = 1; }
-  map<string, Level> by_name = 14;
-  optional Sub sub = 15;
-  repeated Sub subs = 16;
-  repeated Mode packed_modes = 17 [packed = true];
-  message Sub { optional float f = 1; repeated string names = 2; optional bool ok = 3; }
-}
-"""
+from tests.value_codecs.protobuf_gen import LiberalWriter, messages
+from tests.value_codecs.protobuf_kit import SETTINGS, SchemaSet, proto2_plain
 
 #: Long tags, packed fixed-width values, wrappers and empties in maps, big nested messages.
 EXTRA = """
@@ -81,16 +47,14 @@ message Big { string text = 1; Big2 inner = 2; }
 message Big2 { bytes blob = 1; repeated string words = 2; }
 """
 
-SCHEMAS = {
-    "v3": RegisteredSchema(1, "PROTOBUF", PROTO3),
-    "v2": RegisteredSchema(2, "PROTOBUF", PROTO2),
-    "v2plain": RegisteredSchema(3, "PROTOBUF", PROTO2_PLAIN),
-    "extra": RegisteredSchema(4, "PROTOBUF", EXTRA),
-}
-
-
-def _compiled(name: str) -> Any:
-    return CODEC._schemas.get(SCHEMAS[name], None)
+KIT = SchemaSet(
+    proto2_plain("enc.v2", "  repeated Mode packed_modes = 17 [packed = true];\n"),
+    "extra",
+    EXTRA,
+)
+CODEC = KIT.codec
+SCHEMAS = KIT.schemas
+_compiled = KIT.compiled
 
 
 def _old_encode(compiled: Any, values: pa.Array) -> pa.Array:
