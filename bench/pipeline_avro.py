@@ -1,5 +1,5 @@
-"""Pipeline with typed decoding (Avro, JSON Schema or Protobuf) against the raw pipeline, on the
-same topic, in the same run and the same Spark session.
+"""Pipeline with typed decoding (Avro, JSON Schema, Protobuf, or plain JSON) against the raw
+pipeline, on the same topic, in the same run and the same Spark session.
 
 Starts its own Kafka and Schema Registry (the local stack, under a temporary home), registers a
 20-field record (about 300 bytes of data; the value's size in each format is printed) in the
@@ -8,7 +8,8 @@ Starts its own Kafka and Schema Registry (the local stack, under a temporary hom
 ``run_pipeline(..., once=True)`` into a fresh table:
 
 - **raw**: no ``codecs:`` rule, one ``kafka_value`` column (today's pipeline);
-- **typed** (named by the format): a rule decoding values by the registry (typed columns,
+- **typed** (named by the format): a rule decoding values by the registry (``--format json``:
+  unframed plain JSON read by the ``json`` codec, columns inferred; typed columns,
   decoded by core's TypedRows in Spark's Python workers through ``mapInArrow``, which write the
   Parquet data files themselves; the driver commits them with the boundary).
 
@@ -20,7 +21,7 @@ The two alternate ``--rounds`` times and the best of each counts (the machine is
 seconds of the whole process tree (driver, JVM, Python workers) are printed beside, being less
 sensitive to other load than wall time. Needs pandas (Spark's mapInArrow).
 
-    .venv/bin/python bench/pipeline_avro.py [--format avro|json-schema|protobuf]
+    .venv/bin/python bench/pipeline_avro.py [--format avro|json-schema|protobuf|json]
         [--records 300000] [--rounds 3]
 """
 
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from benchkit import create_topic
-from format_records import FORMATS, register_schema
+from format_records import FORMATS, plain_json_payloads, register_schema
 
 from bergstream.core.api import BergstreamConfig, ServiceContext, load_registry
 from bergstream.core.lake import LakeConfig
@@ -133,6 +134,8 @@ def register_and_pool(registry_url: str, subject: str, fmt: str) -> list[bytes]:
     framed values of it."""
     if fmt == "avro":
         return avro_pool(register_schema(registry_url, subject, json.dumps(SCHEMA), "AVRO"))
+    if fmt == "json":
+        return plain_json_payloads(POOL)  # plain JSON: nothing to register
     record = FORMATS[fmt]
     schema_id = register_schema(registry_url, subject, record.text, record.schema_type)
     return record.payloads(record.registered(schema_id, subject), POOL)
@@ -183,7 +186,7 @@ def tree_cpu_seconds() -> float:
 def main() -> None:
     """Run the benchmark; print both figures and the ratios (JSON on the last line)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--format", choices=["avro", *FORMATS], default="avro")
+    parser.add_argument("--format", choices=["avro", *FORMATS, "json"], default="avro")
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3, help="best of this many runs each")
@@ -204,9 +207,10 @@ def main() -> None:
         size = fill(kafka, topic, pool, args.records, args.partitions)
         print(f"produced {args.records:,} values of {size:.0f} B on average in "
               f"{time.monotonic() - began:.1f} s", flush=True)  # fmt: skip
+        value = "json" if args.format == "json" else "registry"
         config = BergstreamConfig.model_validate(
             {"codecs": {"schema_registry": {"url": registry_url},
-                        "topics": [{"match": topic, "value": "registry"}]}}
+                        "topics": [{"match": topic, "value": value}]}}
         )  # fmt: skip
         codecs = topic_typing(ServiceContext(config, load_registry(), home), topic)
         assert codecs is not None
