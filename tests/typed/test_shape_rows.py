@@ -9,7 +9,6 @@ import pyarrow as pa
 from pyiceberg.types import DoubleType, LongType, StringType
 
 from bergstream.core.api import (
-    ROW_ARROW_SCHEMA,
     ROW_SCHEMA,
     VALUE_ERROR_COLUMN,
     VALUE_SCHEMA_ID_COLUMN,
@@ -20,28 +19,13 @@ from bergstream.core.api import (
     build_layout_of_shapes,
 )
 from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
+from tests.typed.test_typed_rows import rows
 
 LAST_ID = ROW_SCHEMA.highest_field_id
 
 
 def codecs() -> TopicCodecs:
     return TopicCodecs("t", SideCodecs({"JSON": PlainJsonCodec()}, "t-value"))
-
-
-def rows(values: list[bytes | None]) -> pa.Table:
-    count = len(values)
-    return pa.Table.from_pydict(
-        {
-            "kafka_partition": [0] * count,
-            "kafka_offset": list(range(count)),
-            "kafka_timestamp": [0] * count,
-            "kafka_timestamp_type": [0] * count,
-            "kafka_key": [None] * count,
-            "kafka_headers": [[]] * count,
-            "kafka_value": values,
-        },
-        schema=ROW_ARROW_SCHEMA,
-    )
 
 
 FIRST = [

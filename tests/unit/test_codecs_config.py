@@ -225,3 +225,16 @@ def test_raw_section_data_is_checked_when_it_validates(registry: PluginRegistry)
     assert loc == ("codecs", "topics", 0, "value") and "'nosuch'" in message
     assert check_codecs_data({"topics": [{"value": "nosuch"}]}, registry) == []  # no match
     assert check_codecs_data(None, registry) == []  # a bare `codecs:` line
+
+
+def test_a_codec_of_plain_values_needs_no_registry() -> None:
+    installed = load_registry()  # the built-in codecs: json reads no registered schema
+    codecs = settings(
+        {"match": "plain", "value": "json"},
+        {"match": "avro", "value": "avro"},
+        schema_registry=None,
+    )
+    assert found(codecs, installed) == {
+        "codecs.topics[1].value": "codec 'avro' reads schemas from a Schema Registry: set "
+        "codecs.schema_registry.url"
+    }
