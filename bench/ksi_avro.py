@@ -1,13 +1,15 @@
-"""KSI cold fetch of typed records (Avro, JSON Schema or Protobuf): a typed coldset table
-(values as columns, re-encoded to the original bytes by KSI) against the same records in a raw
-table, in one run.
+"""KSI cold fetch of typed records (Avro, JSON Schema, Protobuf or plain JSON): a typed coldset
+table (values as columns, re-encoded to the original bytes by KSI) against the same records in a
+raw table, in one run.
 
 Starts its own Kafka and Schema Registry (the local stack, under a temporary home), registers a
 20-field record (about 300 bytes of data) in the ``--format`` chosen (default avro), produces
 the same framed values to two topics, and writes both coldsets with PyIceberg the way the
 pipeline does: ``raw`` with the row contract only, the typed one (named by the format: ``avro``,
-``json_schema``, ``protobuf``) with the typed layout (core's ``TypedRows``, the format's codec;
-schemas kept in the table's properties). After DeleteRecords up to each partition's end,
+``json_schema``, ``protobuf``, ``json``) with the typed layout (core's ``TypedRows``, the
+format's codec; schemas kept in the table's properties; for ``json``, unframed plain JSON read by
+the ``json`` codec: the layout folds the values' shapes, whose declarations the properties keep,
+and the proxy's ``codecs:`` rule names ``json``). After DeleteRecords up to each partition's end,
 confluent-kafka reads every record of each topic through ``bergstream run`` with the ksi filter,
 a fresh proxy per read (so every read decodes its row groups: a cold cache; each proxy first
 reads a small typed topic, so loading the codec's compiled schemas and kernels is not timed),
@@ -24,7 +26,7 @@ second of the proxy process (the steadier figure on a shared machine), their rat
 the part where the two differ), and KSI's whole serving work in-process (planner, cold store,
 batches; no network, proxy or client) in wall and CPU seconds.
 
-    .venv/bin/python bench/ksi_avro.py [--format avro|json-schema|protobuf] [--records 300000]
+    .venv/bin/python bench/ksi_avro.py [--format avro|json-schema|protobuf|json] [--records 300000]
         [--partitions 3] [--rounds 3]
 """
 
@@ -51,7 +53,7 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
-from format_records import FORMATS, register_schema
+from format_records import FORMATS, plain_json_payloads, register_schema
 
 from bergstream.core.api import (
     BOUNDARY_PROPERTY,
@@ -67,6 +69,7 @@ from bergstream.core.api import (
     TopicCodecs,
     TypedRows,
     build_layout,
+    build_layout_of_shapes,
     format_boundary,
     load_catalog,
     load_registry,
@@ -80,6 +83,7 @@ from bergstream.plugins.ksi_fetch_filter.segments import read_row_group_slices
 from bergstream.plugins.ksi_fetch_filter.store import ColdStore
 from bergstream.plugins.ksi_fetch_filter.typed import TypedTables
 from bergstream.plugins.value_codecs.codec import AvroCodec
+from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
 
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
 
@@ -160,9 +164,12 @@ def make_values(count: int, schema_id: int) -> list[bytes]:
 
 def typed_values(
     fmt: str, registry_url: str, subject: str, count: int
-) -> tuple[RegisteredSchema, SideCodecs, list[bytes]]:
+) -> tuple[RegisteredSchema | None, SideCodecs, list[bytes]]:
     """Register the record's schema in format ``fmt`` under ``subject``: the schema as
-    registered, the codecs of the values' side, and ``count`` framed values."""
+    registered, the codecs of the values' side, and ``count`` framed values (``json``: no
+    schema, unframed plain JSON)."""
+    if fmt == "json":
+        return None, SideCodecs({"JSON": PlainJsonCodec()}, subject), plain_json_payloads(count)
     if fmt == "avro":
         text = json.dumps(SCHEMA)
         schema_id = register_schema(registry_url, subject, text, "AVRO")
@@ -250,7 +257,14 @@ def write_table(
     )
     if typed is not None:
         codecs, source = typed
-        layout = build_layout(table.schema(), table.metadata.last_column_id, codecs, source)
+        base, last = table.schema(), table.metadata.last_column_id
+        if codecs.value is not None and codecs.value.shape_codec is not None:
+            values = rows.column("kafka_value").combine_chunks().cast(pa.large_binary())
+            shaped = build_layout_of_shapes(base, last, codecs, source, values)
+            layout = shaped.layout
+            source.add(list(shaped.shapes.values()))
+        else:
+            layout = build_layout(base, last, codecs, source)
         with table.update_schema() as update:
             update.union_by_name(layout.schema)
         table = catalog.load_table(lake.table_identifier(topic))
@@ -272,14 +286,14 @@ def delete_all(kafka: str, topic: str, partitions: int, ends: dict[int, int]) ->
         future.result(timeout=120)
 
 
-def decode_seconds(lake: ResolvedLake, topic: str, typed: bool) -> float:
+def decode_seconds(lake: ResolvedLake, topic: str, config: BergstreamConfig | None) -> float:
     """CPU seconds to decode every row group of the topic's table into cached payloads (what a
-    cold fetch does before building batches)."""
+    cold fetch does before building batches); ``config``: the table is typed."""
     catalog = load_catalog(lake)
     table = catalog.load_table(lake.table_identifier(topic))
     encoder = None
-    if typed:
-        tables = TypedTables(BergstreamConfig(lake=lake.config), load_registry())
+    if config is not None:
+        tables = TypedTables(config, load_registry())
         encoder = tables.encoder(topic, table)
         assert encoder is not None
     files = [task.file for task in table.scan().plan_files()]
@@ -423,7 +437,7 @@ class Proxy:
 def main() -> None:
     """Run the benchmark and print its JSON result."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--format", choices=["avro", *FORMATS], default="avro")
+    parser.add_argument("--format", choices=["avro", *FORMATS, "json"], default="avro")
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
@@ -448,6 +462,14 @@ def main() -> None:
         lake_yaml = "lake:\n  " + json.dumps(
             lake_config.model_dump(mode="json", exclude_defaults=True)
         )
+        codecs_section: dict[str, Any] = {}
+        if args.format == "json":  # no framing: only a rule says how values are read
+            rules = [{"match": topic, "value": "json"} for topic in (name, "warm")]
+            codecs_section = {"topics": rules}
+            lake_yaml += "\ncodecs:\n  " + json.dumps(codecs_section) + "\n"
+        config = BergstreamConfig.model_validate(
+            {"lake": lake_config.model_dump(mode="json"), "codecs": codecs_section}
+        )
         rows = contract_rows(values, args.partitions)
         codecs = TopicCodecs(name, side)
         warm = 3000  # a small typed topic each proxy reads first (codec kernels loaded)
@@ -456,16 +478,20 @@ def main() -> None:
             count = warm if topic == "warm" else args.records
             create_topic(kafka, topic, args.partitions)
             produce(kafka, topic, values[:count], args.partitions)
-            typed = None if topic == "raw" else (codecs, StoredSchemas().add([schema]))
+            stored = StoredSchemas().add([schema] if schema is not None else [])
+            typed = None if topic == "raw" else (codecs, stored)
             topic_rows = (
                 rows if count == args.records else contract_rows(values[:count], args.partitions)
             )
             topic_ends = ends if count == args.records else warm_ends
             write_table(lake, topic, topic_rows, topic_ends, typed)
             delete_all(kafka, topic, args.partitions, topic_ends)
-        decode = {topic: decode_seconds(lake, topic, topic == name) for topic in ("raw", name)}
+        decode = {
+            topic: decode_seconds(lake, topic, config if topic == name else None)
+            for topic in ("raw", name)
+        }
         serve: dict[str, list[tuple[float, float]]] = {"raw": [], name: []}
-        shared = TypedTables(BergstreamConfig(lake=lake.config), load_registry())
+        shared = TypedTables(config, load_registry())
         for round_ in range(args.rounds + 1):  # the first round warms up, it does not count
             for topic in ("raw", name) if round_ % 2 == 0 else (name, "raw"):
                 timing = serve_seconds(lake, topic, ends, shared)

@@ -181,7 +181,11 @@ from bergstream.core.schema_registry import (
     SchemaRegistrySettings,
 )
 from bergstream.core.service import Service
-from bergstream.core.shape_layouts import ShapedLayout, build_layout_of_shapes
+from bergstream.core.shape_layouts import (
+    ShapedLayout,
+    build_layout_of_columns,
+    build_layout_of_shapes,
+)
 from bergstream.core.testing.backends import (
     CACHE_CHECKS,
     INDEX_CHECKS,
@@ -203,6 +207,7 @@ from bergstream.core.typed_rows import (
     NO_FRAMING,
     DecodedRows,
     SchemaSource,
+    ShapesToFold,
     SideCodecs,
     StoredSchemas,
     TopicCodecs,
@@ -328,6 +333,7 @@ __all__ = [
     "ShapeCodec",
     "ShapedLayout",
     "Shapes",
+    "ShapesToFold",
     "ShortCircuit",
     "SideCodecs",
     "SideLayout",
@@ -350,6 +356,7 @@ __all__ = [
     "build",
     "build_batch",
     "build_layout",
+    "build_layout_of_columns",
     "build_layout_of_shapes",
     "build_layout_seeing",
     "build_request",

@@ -165,17 +165,27 @@ class ShapeCodec(ValueCodec, Protocol):
         subject: str,
         *,
         window: bool = False,
+        telling: bool = False,
     ) -> Shapes:
         """The shapes of ``values`` (``large_binary``, nulls allowed), declared against the
         table's current columns (top-level fields by name). ``window``: a key without a column
         gets the one the whole batch makes (to fold a new batch); otherwise its declaration
-        depends on the row's shape alone, so any batch of the same rows agrees."""
+        depends on the row's shape alone, so any batch of the same rows agrees. A codec may
+        bound the shapes of one batch of records (rows of further shapes get an error);
+        ``telling``: ``values`` are telling values gathered from batches bounded already (see
+        :meth:`telling_rows`), so no bound applies."""
         ...
 
-    def telling_rows(self, values: pa.Array) -> np.ndarray:
+    def telling_rows(self, values: pa.Array, *, telling: bool = False) -> np.ndarray:
         """Indexes of rows of ``values`` whose shapes, declared alone, are what the whole batch
-        declares (the rest add nothing): what a driver folds instead of the whole batch."""
+        declares (the rest add nothing): what a driver folds instead of the whole batch.
+        ``telling``: as for :meth:`shapes` (telling values of several batches joined)."""
         ...
+
+
+def is_shape_codec(codec: object) -> bool:
+    """Whether ``codec`` is a :class:`ShapeCodec` (it says its values carry no framing)."""
+    return getattr(codec, "framed", True) is False
 
 
 class FileSynthesizer(Protocol):

@@ -105,6 +105,7 @@ __all__ = [
     "schema_property",
     "table_boundary",
     "typed_layout",
+    "version_fit",
 ]
 
 #: Snapshot summary key holding the boundary JSON.
@@ -685,3 +686,19 @@ def fits_layout(layout: TypedLayout, type_: IcebergType, key: bool = False) -> s
     except NotExpressible as error:
         return str(error)
     return None
+
+
+def version_fit(
+    layout: TypedLayout, type_: IcebergType, key: bool = False
+) -> tuple[str, str | None]:
+    """What folding one more version of ``type_`` into ``layout`` would do, as
+    :func:`typed_layout` folds it: ``("fits", None)`` when the columns stay as they are,
+    ``("grows", None)`` when it adds or widens a column, ``("rejected", why)`` when it cannot
+    fold (its records then stay raw with ``why``)."""
+    fold = _Fold(layout.schema, layout.last_column_id)
+    before = list(fold.fields)
+    try:
+        fold.fold(type_, "key" if key else "value", add=True)
+    except NotExpressible as error:
+        return "rejected", str(error)
+    return ("fits", None) if fold.fields == before else ("grows", None)

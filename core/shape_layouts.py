@@ -23,7 +23,7 @@ from bergstream.core.row_contract import KEY_COLUMN_PREFIX, SideLayout, TypedLay
 from bergstream.core.schema_registry import RegisteredSchema
 from bergstream.core.typed_rows import SchemaSource, SideCodecs, TopicCodecs, build_layout
 
-__all__ = ["ShapedLayout", "build_layout_of_shapes", "side_columns"]
+__all__ = ["ShapedLayout", "build_layout_of_columns", "build_layout_of_shapes", "side_columns"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,9 @@ def _declare(
         assert shape_codec is not None
         side = layout.key if key else layout.value
         columns = side_columns(layout, side, key)
-        found = shape_codec.shapes(batch, columns, side_codecs.subject, window=window)
+        found = shape_codec.shapes(
+            batch, columns, side_codecs.subject, window=window, telling=True
+        )
         declared[side_codecs.subject] = _numbered(found.schemas)
     return declared
 
@@ -108,3 +110,22 @@ def build_layout_of_shapes(
     current = build_layout(made.schema, made.last_column_id, codecs, _WithShapes(source, declared))
     shapes = {s.schema_id: s for found in declared.values() for s in found}
     return ShapedLayout(current, shapes)
+
+
+def build_layout_of_columns(
+    base: Schema, last_column_id: int, codecs: TopicCodecs, source: SchemaSource
+) -> TypedLayout | None:
+    """The layout of a batch read with ``base``'s columns as they are: its shape sides fold no
+    shapes (a :class:`~bergstream.core.typed_rows.TypedRows` with ``adopt_shapes`` takes
+    every shape that fits those columns, and raises for one that does not), its framed sides
+    fold their subjects' versions from ``source``. None when a shape side has no columns in
+    ``base`` yet (its first batch must be folded: :func:`build_layout_of_shapes`)."""
+    declared: dict[str, list[RegisteredSchema]] = {}
+    for side_codecs in (codecs.value, codecs.key):
+        if side_codecs is not None and side_codecs.shape_codec is not None:
+            declared[side_codecs.subject] = []
+    layout = build_layout(base, last_column_id, codecs, _WithShapes(source, declared))
+    for side_codecs, side in ((codecs.value, layout.value), (codecs.key, layout.key)):
+        if side_codecs is not None and side_codecs.shape_codec is not None and side is None:
+            return None
+    return layout

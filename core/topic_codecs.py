@@ -7,6 +7,7 @@ import json
 import threading
 from typing import TYPE_CHECKING
 
+from bergstream.core.backends import is_shape_codec
 from bergstream.core.codecs_config import (
     BY_SCHEMA_TYPE,
     CODEC_KIND,
@@ -72,7 +73,7 @@ class TopicCodecsResolver:
         by_type: dict[str, ValueCodec] = {}
         for codec_name in names:
             codec = self._codec(rule, codec_name)
-            if name == BY_SCHEMA_TYPE and getattr(codec, "framed", True) is False:
+            if name == BY_SCHEMA_TYPE and is_shape_codec(codec):
                 continue  # plain values name no schema type: such a codec is chosen by name
             for schema_type in codec.schema_types:
                 by_type.setdefault(schema_type.upper(), codec)

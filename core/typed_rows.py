@@ -23,7 +23,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, cast
 
 import numpy as np
@@ -31,7 +31,12 @@ import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.types import IcebergType, StructType
 
-from bergstream.core.backends import SchemaNotExpressible, ShapeCodec, ValueCodec
+from bergstream.core.backends import (
+    SchemaNotExpressible,
+    ShapeCodec,
+    ValueCodec,
+    is_shape_codec,
+)
 from bergstream.core.metrics import UNDECODABLE_RECORDS
 from bergstream.core.row_contract import (
     KEY_COLUMN_PREFIX,
@@ -45,6 +50,7 @@ from bergstream.core.row_contract import (
     arrow_type,
     fits_layout,
     typed_layout,
+    version_fit,
 )
 from bergstream.core.schema_registry import RegisteredSchema, SchemaNotFound, SchemaReference
 
@@ -52,6 +58,7 @@ __all__ = [
     "NO_FRAMING",
     "DecodedRows",
     "SchemaSource",
+    "ShapesToFold",
     "SideCodecs",
     "StoredSchemas",
     "TopicCodecs",
@@ -126,7 +133,7 @@ class SideCodecs:
         """The codec that groups this side's values (which carry no framing) into shapes; None
         for a side of framed values."""
         for codec in self.codecs.values():
-            if getattr(codec, "framed", True) is False:
+            if is_shape_codec(codec):
                 return cast("ShapeCodec", codec)
         return None
 
@@ -360,6 +367,20 @@ class DecodedRows:
 
     table: pa.Table
     causes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (side, cause) -> rows
+    #: shapes the layout had not folded that these rows were decoded with (``adopt_shapes``):
+    #: schema id -> declared schema, for the table's properties
+    adopted: dict[int, RegisteredSchema] = field(default_factory=dict)
+
+
+class ShapesToFold(LookupError):
+    """Rows have shapes that would add or widen columns: the layout must fold them first
+    (raised by :meth:`TypedRows.decode` with ``adopt_shapes``)."""
+
+    def __init__(self, schema_ids: Sequence[int]) -> None:
+        self.schema_ids = sorted(set(schema_ids))
+        super().__init__(
+            f"shapes {self.schema_ids} add or widen columns the table's layout does not have"
+        )
 
 
 @dataclass
@@ -368,16 +389,34 @@ class _SideResult:
     schema_ids: pa.Array
     errors: pa.Array
     kept: pa.Array
+    adopted: dict[int, RegisteredSchema] = field(default_factory=dict)
 
 
 class TypedRows:
-    """Decodes and encodes the rows of one topic's table with one layout (picklable)."""
+    """Decodes and encodes the rows of one topic's table with one layout (picklable).
 
-    def __init__(self, layout: TypedLayout, codecs: TopicCodecs | None, source: SchemaSource):
+    ``adopt_shapes``: a row whose shape (see :class:`~bergstream.core.backends.ShapeCodec`) the
+    layout has not folded is decoded when folding the shape would leave the columns as they
+    are (it is then reported in :attr:`DecodedRows.adopted`), and keeps its bytes with the
+    cause when the fold would reject it, exactly as a layout that folded it would have it; a
+    shape that would add or widen a column raises :class:`ShapesToFold`. Without it, such rows
+    keep their bytes with a cause saying the table has not folded the shape yet."""
+
+    def __init__(
+        self,
+        layout: TypedLayout,
+        codecs: TopicCodecs | None,
+        source: SchemaSource,
+        *,
+        adopt_shapes: bool = False,
+    ):
         self.layout = layout
         self.codecs = codecs
         self.source = source
+        self.adopt_shapes = adopt_shapes
         self._types: dict[tuple[str, int], tuple[IcebergType | None, str | None]] = {}
+        # (side, schema id) -> what folding a shape the layout lacks would do (adopt_shapes)
+        self._fits: dict[tuple[str, int], tuple[str, IcebergType | None, str | None]] = {}
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, object]:
@@ -438,6 +477,7 @@ class TypedRows:
         for name, side, codecs in self._sides():
             column = "kafka_key" if name == "key" else "kafka_value"
             results[name] = self._decode_side(name, side, codecs, rows.column(column), out.causes)
+            out.adopted.update(results[name].adopted)
         arrays: list[pa.Array] = []
         for target in layout.arrow_schema:
             arrays.append(self._column(target, rows, results))
@@ -497,17 +537,23 @@ class TypedRows:
         key = name == "key"
         field_of = _side_columns(side, key)
         shape_codec = codecs.shape_codec
+        adopted: dict[int, RegisteredSchema] = {}
         if shape_codec is None:
             framed, ids = split_framing(raw)
             errors.set(valid & ~framed, NO_FRAMING)
         else:
-            framed, ids = self._shape_ids(side, codecs, shape_codec, raw, field_of, errors)
+            framed, ids, side, adopted = self._shape_ids(
+                name, side, codecs, shape_codec, raw, field_of, errors
+            )
         pieces: dict[str, list[pa.Array]] = {column: [] for column in side.columns}
         order: list[np.ndarray] = []
         distinct = _distinct(ids[framed])
         one_group = len(distinct) == 1 and bool(framed.all())
         for schema_id in distinct:
             rows = np.arange(count) if one_group else np.nonzero(framed & (ids == schema_id))[0]
+            if int(schema_id) in side.rejected:  # its cause is known: no schema to look up
+                errors.set(rows, side.rejected[int(schema_id)])
+                continue
             schema = self._schema(side, int(schema_id))
             if schema is None:
                 problem: str | None = f"unknown schema id {int(schema_id)}"
@@ -562,19 +608,21 @@ class TypedRows:
         else:  # every value decoded canonically (the usual batch): no bytes kept
             kept = pa.nulls(count, pa.large_binary())
         schema_ids = pa.array(np.where(framed, ids, 0), pa.int32(), mask=~framed)
-        return _SideResult(columns, schema_ids, errors.array(), kept)
+        return _SideResult(columns, schema_ids, errors.array(), kept, adopted)
 
     def _shape_ids(
         self,
+        name: str,
         side: SideLayout,
         codecs: SideCodecs,
         shape_codec: ShapeCodec,
         raw: pa.Array,
         field_of: Mapping[str, str],
         errors: _Causes,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Per row of unframed values: whether it has a shape the layout folded, and that
-        shape's schema id (the rest get their cause)."""
+    ) -> tuple[np.ndarray, np.ndarray, SideLayout, dict[int, RegisteredSchema]]:
+        """Per row of unframed values: whether it has a shape the layout folded (or adopted,
+        see the class docstring), and that shape's schema id (the rest get their cause); the
+        side with the adopted shapes, and those shapes."""
         columns = {
             field_of[column]: self.layout.schema.find_field(column).field_type
             for column in side.columns
@@ -584,16 +632,57 @@ class TypedRows:
         for row, error in enumerate(found.errors):
             if error is not None:
                 errors.set(row, error)
-        for schema in found.schemas:
-            if schema.schema_id not in side.schemas and schema.schema_id not in side.rejected:
-                rows = ids == schema.schema_id
-                errors.set(
-                    rows,
-                    f"its keys and kinds make a shape (schema id {schema.schema_id}) the table's "
-                    "layout has not folded yet: read it again once the table has it",
-                )
-                ids[rows] = -1
-        return ids >= 0, ids
+        unfolded = [
+            schema
+            for schema in found.schemas
+            if schema.schema_id not in side.schemas and schema.schema_id not in side.rejected
+        ]
+        adopted: dict[int, RegisteredSchema] = {}
+        if unfolded and self.adopt_shapes:
+            side, adopted = self._adopt(name, side, codecs, unfolded)
+            unfolded = []
+        for schema in unfolded:
+            rows = ids == schema.schema_id
+            errors.set(
+                rows,
+                f"its keys and kinds make a shape (schema id {schema.schema_id}) the table's "
+                "layout has not folded yet: read it again once the table has it",
+            )
+            ids[rows] = -1
+        return ids >= 0, ids, side, adopted
+
+    def _adopt(
+        self, name: str, side: SideLayout, codecs: SideCodecs, shapes: list[RegisteredSchema]
+    ) -> tuple[SideLayout, dict[int, RegisteredSchema]]:
+        """``side`` with ``shapes`` folded as :func:`typed_layout` would fold them, when none
+        changes the columns; raise :class:`ShapesToFold` otherwise."""
+        schemas, types, rejected = dict(side.schemas), dict(side.types), dict(side.rejected)
+        adopted: dict[int, RegisteredSchema] = {}
+        grows = []
+        for schema in shapes:
+            schema_id = schema.schema_id
+            found = self._fits.get((name, schema_id))
+            if found is None:
+                type_, problem = _iceberg_type(codecs, schema, self.source)
+                if type_ is None:
+                    found = ("rejected", None, problem or f"schema id {schema_id} has no codec")
+                else:
+                    outcome, why = version_fit(self.layout, type_, key=name == "key")
+                    cause = f"schema id {schema_id} does not fit the table: {why}"
+                    found = (outcome, type_, cause if outcome == "rejected" else None)
+                self._fits[(name, schema_id)] = found
+            outcome, type_, cause = found
+            if outcome == "grows":
+                grows.append(schema_id)
+            elif outcome == "rejected":
+                rejected[schema_id] = cause or ""
+            else:
+                assert type_ is not None
+                schemas[schema_id], types[schema_id] = schema, type_
+                adopted[schema_id] = schema
+        if grows:
+            raise ShapesToFold(grows)
+        return replace(side, schemas=schemas, types=types, rejected=rejected), adopted
 
     # -- encode
 

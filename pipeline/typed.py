@@ -82,16 +82,23 @@ def shape_sides(codecs: TopicCodecs) -> tuple[str, ...]:
 
 
 class SchemasNeeded(LookupError):
-    """A worker met schema ids (or referenced subjects) the driver did not ship; the message
+    """A worker met schema ids (or referenced subjects) the driver did not ship, or
+    (``fold_shapes``) plain values whose shapes need columns the table lacks; the message
     carries them, so the driver can read them from the failed Spark job's error."""
 
-    def __init__(self, ids: Iterable[int] = (), subjects: Iterable[str] = ()) -> None:
+    def __init__(
+        self, ids: Iterable[int] = (), subjects: Iterable[str] = (), *, fold_shapes: bool = False
+    ) -> None:
         self.ids = sorted(set(ids))
         self.subjects = sorted(set(subjects))
-        payload = json.dumps({"ids": self.ids, "subjects": self.subjects}, separators=(",", ":"))
+        self.fold_shapes = fold_shapes
+        body: dict[str, object] = {"ids": self.ids, "subjects": self.subjects}
+        if fold_shapes:
+            body["fold"] = True
+        payload = json.dumps(body, separators=(",", ":"))
         super().__init__(
-            f"{_MARKER}{payload}: schemas the pipeline's driver has not read yet (it reads "
-            "them and runs the batch again)"
+            f"{_MARKER}{payload}: schemas the pipeline's driver has not read yet, or shapes "
+            "it has not folded (it reads or folds them and runs the batch again)"
         )
 
 
@@ -101,6 +108,7 @@ def needed_by(error: BaseException) -> SchemasNeeded | None:
         return error
     ids: set[int] = set()
     subjects: set[str] = set()
+    fold = False
     for found in _NEEDS.finditer(str(error)):
         try:
             payload = json.loads(found.group(1))
@@ -108,7 +116,8 @@ def needed_by(error: BaseException) -> SchemasNeeded | None:
             continue
         ids.update(int(i) for i in payload.get("ids", ()))
         subjects.update(str(s) for s in payload.get("subjects", ()))
-    return SchemasNeeded(ids, subjects) if ids or subjects else None
+        fold = fold or bool(payload.get("fold", False))
+    return SchemasNeeded(ids, subjects, fold_shapes=fold) if ids or subjects or fold else None
 
 
 @dataclass

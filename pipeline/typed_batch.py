@@ -14,6 +14,13 @@ Per batch:
    workers cannot write (see there) gets the decoded rows back in Spark
    (:mod:`~bergstream.pipeline.typed_worker`), written by the caller's append.
 
+Plain values (a shape codec such as ``json``): the first batch of a table is folded before it
+is decoded (one pass picks the values that make its shapes, the driver folds them: step 1 reads
+those instead of the registry). A later batch is read in one pass with the columns the table
+has: workers decode every shape that fits them and report the new ones, whose declarations the
+driver commits in the table's properties before the append. A shape that would add or widen a
+column fails the job; the driver then folds the batch first and runs it again.
+
 A worker that meets a schema id the driver did not ship fails the job; the driver reads those ids
 and runs the batch again (:mod:`~bergstream.pipeline.typed`). A registry that cannot be reached
 stops the batch before anything is written; it is tried again with a growing pause, as long as a
@@ -39,6 +46,7 @@ from bergstream.core.api import (
     TypedLayout,
     TypedRows,
     build_layout,
+    build_layout_of_columns,
     build_layout_of_shapes,
     schema_property,
 )
@@ -61,6 +69,7 @@ from bergstream.pipeline.typed_worker import (
     TELLING_SCHEMA,
     CausesParam,
     DecodeJob,
+    ShapesParam,
     decode_batches,
     telling_values,
 )
@@ -192,13 +201,27 @@ class TypedBatches:
                 more = needed_by(error)
                 if more is None:
                     raise
-                merged = SchemasNeeded([*needs.ids, *more.ids], [*needs.subjects, *more.subjects])
-                if merged.ids == needs.ids and merged.subjects == needs.subjects:
-                    raise  # asked again for what was shipped: a bug, not a missing schema
-                self.report(
-                    f"schema ids {more.ids or '-'} (subjects {more.subjects or '-'}) are no "
-                    "version of the topic's subjects: read them, running the batch again"
+                merged = SchemasNeeded(
+                    [*needs.ids, *more.ids],
+                    [*needs.subjects, *more.subjects],
+                    fold_shapes=needs.fold_shapes or more.fold_shapes,
                 )
+                if (merged.ids, merged.subjects, merged.fold_shapes) == (
+                    needs.ids,
+                    needs.subjects,
+                    needs.fold_shapes,
+                ):
+                    raise  # asked again for what was shipped: a bug, not a missing schema
+                if more.ids or more.subjects:
+                    self.report(
+                        f"schema ids {more.ids or '-'} (subjects {more.subjects or '-'}) are no "
+                        "version of the topic's subjects: read them, running the batch again"
+                    )
+                else:
+                    self.report(
+                        "the batch has values whose keys need new or wider columns: folding "
+                        "its shapes, running the batch again"
+                    )
                 needs = merged
 
     def _sleep(self, seconds: float) -> None:
@@ -210,10 +233,13 @@ class TypedBatches:
         shipped = ShippedSchemas()
         source = _DriverSchemas(self.typing, shipped)
         base = self.table.current_schema()
-        if shape_sides(self.typing.codecs):
-            layout = self._layout_of_shapes(rows, base, source)
-        else:
-            layout = build_layout(base.schema, base.last_column_id, self.typing.codecs, source)
+        layout = self._layout_of_columns(base, source, needs)
+        adopting = layout is not None
+        if layout is None:
+            if shape_sides(self.typing.codecs):
+                layout = self._layout_of_shapes(rows, base, source)
+            else:
+                layout = build_layout(base.schema, base.last_column_id, self.typing.codecs, source)
         if not layout.typed:
             append(rows)  # no version of the subject yet: raw rows, as for an untyped topic
             return Counter()
@@ -225,10 +251,29 @@ class TypedBatches:
         if target is None:
             append(self._frame(rows, layout, shipped, causes))
         else:
-            self._write_files(rows, layout, shipped, causes, target, summary)
+            self._write_files(rows, layout, shipped, causes, target, summary, adopting)
         return Counter(causes.value)
 
     # ------------------------------------------------------------------ driver steps
+
+    def _layout_of_columns(
+        self, base: TableSchema, source: _DriverSchemas, needs: SchemasNeeded
+    ) -> TypedLayout | None:
+        """The layout of a later batch of plain values, read in one pass with the table's
+        columns as they are (workers adopt the shapes that fit them); None when the batch must
+        be folded first: no plain values, the table's first batch, an earlier attempt met
+        shapes that need columns, or the table's files are written by Spark's writer (which
+        would commit rows before the driver could commit their shapes)."""
+        codecs = self.typing.codecs
+        if not shape_sides(codecs) or needs.fold_shapes:
+            return None
+        layout = build_layout_of_columns(base.schema, base.last_column_id, codecs, source)
+        if layout is None:
+            return None
+        target = file_target(
+            layout, self.table.partition_spec(), self.table.data_location(), base.properties, {}
+        )
+        return layout if target is not None else None
 
     def _layout_of_shapes(
         self, rows: DataFrame, base: TableSchema, source: _DriverSchemas
@@ -246,7 +291,7 @@ class TypedBatches:
             functools.partial(telling_values, by_column), TELLING_SCHEMA
         )
         telling: dict[str, list[bytes]] = {column: [] for column in by_column}
-        for row in picked.toLocalIterator():
+        for row in picked.collect():
             telling[row["column"]].append(bytes(row["value"]))
 
         def values(column: str) -> pa.Array | None:
@@ -328,19 +373,29 @@ class TypedBatches:
         causes: object,
         target: FileTarget,
         summary: Mapping[str, str],
+        adopting: bool,
     ) -> None:
-        """Workers decode and write data files; the driver commits them all in one append."""
+        """Workers decode and write data files; the driver commits the declarations of the
+        shapes they adopted (``adopting``), then the files, all in one append."""
+        shapes = self.table.spark.sparkContext.accumulator({}, ShapesParam()) if adopting else None
         job = DecodeJob(
-            rows=TypedRows(layout, self.typing.codecs, shipped),
+            rows=TypedRows(layout, self.typing.codecs, shipped, adopt_shapes=adopting),
             schemas=shipped,
             names=tuple(layout.arrow_schema.names),
             passthrough=frozenset(),
             framed=self._framed(layout),
             causes=causes,
+            shapes=shapes,
         )
         written = rows.mapInArrow(
             functools.partial(write_files, job, target), WRITTEN_FILES_SCHEMA
         ).collect()
+        if shapes is not None and shapes.value:
+            properties = {
+                f"{SCHEMA_PROPERTY_PREFIX}{schema_id}": schema_property(schema)
+                for schema_id, schema in sorted(shapes.value.items())
+            }
+            self.table.commit_schema(layout.schema, layout.last_column_id, properties)
         files = [
             WrittenFile(r["path"], r["kafka_partition"], r["time_bucket"], r["size"])
             for r in written

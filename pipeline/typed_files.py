@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,7 +38,7 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform
 
 from bergstream.core.api import PARTITION_ID, TIMESTAMP_ID, TypedLayout
-from bergstream.pipeline.typed_worker import DecodeJob, decode_batch
+from bergstream.pipeline.typed_worker import DecodeJob, Tally, decode_batch
 
 __all__ = ["WRITTEN_FILES_SCHEMA", "FileTarget", "WrittenFile", "file_target", "write_files"]
 
@@ -285,18 +284,17 @@ def write_files(
     decode row-contract batches and write them as data files; yields one row per file
     (:data:`WRITTEN_FILES_SCHEMA`). Raises :class:`~bergstream.pipeline.typed.SchemasNeeded`
     for a schema id the driver did not ship, having deleted what it wrote."""
-    causes: Counter[tuple[str, str]] = Counter()
+    tally = Tally.empty()
     files = _Files(target)
     try:
         for batch in batches:
-            decoded = decode_batch(job, batch, causes)
+            decoded = decode_batch(job, batch, tally)
             files.write(decoded.table.select(target.schema.names).cast(target.schema))
         written = files.close()
     except BaseException:
         files.abandon()
         raise
-    if causes:
-        job.causes.add(causes)
+    tally.send(job)
     yield pa.RecordBatch.from_pydict(
         {
             "path": [w.path for w in written],

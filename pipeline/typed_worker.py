@@ -18,14 +18,23 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bergstream.core.api import DecodedRows, ShapeCodec, TypedRows, split_framing
+from bergstream.core.api import (
+    DecodedRows,
+    RegisteredSchema,
+    ShapeCodec,
+    ShapesToFold,
+    TypedRows,
+    split_framing,
+)
 from bergstream.pipeline.spark_arrow import to_spark_array
-from bergstream.pipeline.typed import ShippedSchemas
+from bergstream.pipeline.typed import SchemasNeeded, ShippedSchemas
 
 __all__ = [
     "TELLING_SCHEMA",
     "CausesParam",
     "DecodeJob",
+    "ShapesParam",
+    "Tally",
     "decode_batch",
     "decode_batches",
     "telling_values",
@@ -51,6 +60,41 @@ class CausesParam:
         return first
 
 
+class ShapesParam:
+    """Spark accumulator parameter of the shapes workers adopted: ``schema id -> schema``."""
+
+    def zero(self, value: dict[int, RegisteredSchema]) -> dict[int, RegisteredSchema]:
+        """No shapes."""
+        return {}
+
+    def addInPlace(
+        self, first: dict[int, RegisteredSchema], second: dict[int, RegisteredSchema]
+    ) -> dict[int, RegisteredSchema]:
+        """``first`` with ``second``'s shapes added."""
+        first.update(second)
+        return first
+
+
+@dataclass
+class Tally:
+    """What one task's batches add up to: undecodable counts, adopted shapes."""
+
+    causes: Causes
+    adopted: dict[int, RegisteredSchema]
+
+    @classmethod
+    def empty(cls) -> Tally:
+        """Nothing counted yet."""
+        return cls(Counter(), {})
+
+    def send(self, job: DecodeJob) -> None:
+        """Add this tally to ``job``'s accumulators (once, when the task succeeded)."""
+        if self.causes:
+            job.causes.add(self.causes)
+        if self.adopted and job.shapes is not None:
+            job.shapes.add(self.adopted)
+
+
 @dataclass(frozen=True)
 class DecodeJob:
     """Everything a worker needs for one batch (pickled into the ``mapInArrow`` function)."""
@@ -65,6 +109,8 @@ class DecodeJob:
     framed: tuple[str, ...]
     #: a Spark accumulator with :class:`CausesParam`
     causes: Any
+    #: a Spark accumulator with :class:`ShapesParam` (when ``rows`` adopts shapes)
+    shapes: Any = None
 
 
 def _array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -73,16 +119,21 @@ def _array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return column
 
 
-def decode_batch(job: DecodeJob, batch: pa.RecordBatch, causes: Causes) -> DecodedRows:
-    """``batch`` (row-contract columns) decoded by ``job``, its undecodable counts added to
-    ``causes``. Raises :class:`~bergstream.pipeline.typed.SchemasNeeded` before decoding a
-    batch that holds a schema id the driver did not ship."""
+def decode_batch(job: DecodeJob, batch: pa.RecordBatch, tally: Tally) -> DecodedRows:
+    """``batch`` (row-contract columns) decoded by ``job``, its undecodable counts and adopted
+    shapes added to ``tally``. Raises :class:`~bergstream.pipeline.typed.SchemasNeeded` before
+    decoding a batch that holds a schema id the driver did not ship, or shapes that need
+    columns the table lacks."""
     rows = pa.Table.from_batches([batch])
     for column in job.framed:
         framed, ids = split_framing(rows.column(column))
         job.schemas.check(int(i) for i in np.unique(ids[framed]))
-    decoded = job.rows.decode(rows)
-    causes.update(decoded.causes)
+    try:
+        decoded = job.rows.decode(rows)
+    except ShapesToFold:
+        raise SchemasNeeded(fold_shapes=True) from None
+    tally.causes.update(decoded.causes)
+    tally.adopted.update(decoded.adopted)
     return decoded
 
 
@@ -90,10 +141,10 @@ def decode_batches(job: DecodeJob, batches: Iterator[pa.RecordBatch]) -> Iterato
     """The ``mapInArrow`` function (bind ``job`` with ``functools.partial``): typed batches of
     row-contract batches. Raises :class:`~bergstream.pipeline.typed.SchemasNeeded` before
     decoding a batch that holds a schema id the driver did not ship."""
-    causes: Causes = Counter()
+    tally = Tally.empty()
     try:
         for batch in batches:
-            decoded = decode_batch(job, batch, causes)
+            decoded = decode_batch(job, batch, tally)
             arrays = [
                 _array(batch.column(name))
                 if name in job.passthrough
@@ -102,8 +153,7 @@ def decode_batches(job: DecodeJob, batches: Iterator[pa.RecordBatch]) -> Iterato
             ]
             yield pa.RecordBatch.from_arrays(arrays, names=list(job.names))
     finally:
-        if causes:
-            job.causes.add(causes)
+        tally.send(job)
 
 
 def telling_values(

@@ -48,11 +48,13 @@ class PlainJsonCodec:
         subject: str,
         *,
         window: bool = False,
+        telling: bool = False,
     ) -> Shapes:
         """The shapes of ``values`` (``large_binary``, nulls allowed) declared against the
         table's current columns (top-level value fields by name), each as a schema of
-        ``subject`` (``window``: see :func:`.plain_json_shapes.declare_shapes`)."""
-        found = observe(values, self.max_shapes)
+        ``subject`` (``window``: see :func:`.plain_json_shapes.declare_shapes`). At most
+        ``max_shapes`` per call, unless ``values`` are ``telling`` values of bounded calls."""
+        found = observe(values, None if telling else self.max_shapes)
         texts = declare_shapes(found.shapes, columns, window=window)
         schemas = [
             RegisteredSchema(shape_id(text), "JSON", text, subject=subject, version=None)
@@ -61,10 +63,12 @@ class PlainJsonCodec:
         by_shape = np.array([s.schema_id for s in schemas] + [-1], np.int64)
         return Shapes(by_shape[found.shape_of], found.errors, schemas)
 
-    def telling_rows(self, values: pa.Array) -> np.ndarray:
+    def telling_rows(self, values: pa.Array, *, telling: bool = False) -> np.ndarray:
         """The rows of ``values`` that make its shapes: declaring only them declares what the
-        whole batch declares (a few rows per shape; a driver folds them instead of the batch)."""
-        return np.asarray(observe(values, self.max_shapes).telling, dtype=np.int64)
+        whole batch declares (a few rows per shape; a driver folds them instead of the batch).
+        Bounded as :meth:`shapes` is."""
+        limit = None if telling else self.max_shapes
+        return np.asarray(observe(values, limit).telling, dtype=np.int64)
 
     def iceberg_type(self, schema: RegisteredSchema, resolve: Resolve | None) -> IcebergType:
         """The Iceberg type of a declared shape's values."""

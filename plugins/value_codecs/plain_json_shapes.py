@@ -71,8 +71,10 @@ __all__ = [
     "shape_id",
 ]
 
-#: Distinct shapes one window may have; rows of further shapes keep their bytes.
-MAX_SHAPES = 256
+#: Distinct shapes one window of records may have (a pipeline worker's Arrow batch, a range ISK
+#: reads from Kafka); rows of further shapes keep their bytes. Folds of telling values gathered
+#: from such windows are not bounded again.
+MAX_SHAPES = 1024
 
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _SCALARS = {type(None): "null", bool: "boolean", float: "number", str: "string"}
@@ -216,7 +218,7 @@ class _Observer:
     """Builds an :class:`ObservedRows` as rows (or groups of rows with one shape) come in row
     order."""
 
-    def __init__(self, count: int, limit: int) -> None:
+    def __init__(self, count: int, limit: int | None) -> None:
         self.found = ObservedRows(np.full(count, -1, np.int64), [None] * count)
         self.limit = limit
         self.index: dict[_ShapeKey, int] = {}
@@ -228,7 +230,7 @@ class _Observer:
         position = self.index.get(shape)
         if position is None:
             found = self.found
-            if len(found.shapes) >= self.limit:
+            if self.limit is not None and len(found.shapes) >= self.limit:
                 return (
                     f"more than {self.limit} distinct shapes in one batch: this one is kept as "
                     "bytes"
@@ -239,10 +241,13 @@ class _Observer:
         return position
 
 
-def observe(values: pa.Array, limit: int = MAX_SHAPES, *, fast: bool = True) -> ObservedRows:
+def observe(
+    values: pa.Array, limit: int | None = MAX_SHAPES, *, fast: bool = True
+) -> ObservedRows:
     """The shapes of a window of plain JSON payloads (``large_binary``, nulls allowed: a null
     row has no shape and no error). A payload that is not JSON, or not a JSON object, has no
-    shape; its error says why.
+    shape; its error says why; so has a row of a shape beyond the first ``limit`` (None: no
+    bound).
 
     ``fast`` (the same result either way) lets the compiled scanner of
     :mod:`.plain_json_scan` group rows by skeleton first, so only the first row of each
@@ -271,7 +276,7 @@ def observe(values: pa.Array, limit: int = MAX_SHAPES, *, fast: bool = True) -> 
 _MAX_SKELETONS = 65_536
 
 
-def _observe_fast(values: pa.Array, limit: int) -> ObservedRows:
+def _observe_fast(values: pa.Array, limit: int | None) -> ObservedRows:
     from bergstream.plugins.value_codecs.plain_json_scan import SLOW_ROW, scan_skeletons
 
     if values.type != pa.large_binary():

@@ -467,6 +467,13 @@ def ksi_config(lake: ResolvedLake, registry_url: str, topic: str) -> str:
 def lake_and_codecs_yaml(lake: ResolvedLake, registry: dict[str, Any], topic: str) -> str:
     """The ``lake:`` section of ``lake`` and a ``codecs:`` section typing the values of
     ``topic`` by the registry ``registry`` (its settings) says, as YAML (JSON is YAML)."""
+    codecs = {"schema_registry": registry, "topics": [{"match": topic, "value": "registry"}]}
+    return lake_yaml(lake, codecs)
+
+
+def lake_yaml(lake: ResolvedLake, codecs: dict[str, Any]) -> str:
+    """The ``lake:`` section of ``lake`` and the ``codecs:`` section ``codecs``, as YAML (JSON
+    is YAML)."""
     sections = {
         "lake": {
             "kafka_bootstrap": lake.config.kafka_bootstrap,
@@ -478,10 +485,7 @@ def lake_and_codecs_yaml(lake: ResolvedLake, registry: dict[str, Any], topic: st
                 "warehouse": lake.warehouse,
             },
         },
-        "codecs": {
-            "schema_registry": registry,
-            "topics": [{"match": topic, "value": "registry"}],
-        },
+        "codecs": codecs,
     }
     return "".join(f"\n{name}: {json.dumps(body)}\n" for name, body in sections.items())
 

@@ -29,7 +29,10 @@ from tests.pipeline.property_kit import (
     coldset_file_rows,
     delete_everything,
     hotset_rows_of_codecs,
+    lake_yaml,
     read_all,
+    read_through_ksi,
+    take_all_records,
 )
 from tests.pipeline.test_typed_formats import by_position_seen
 from tests.pipeline.typed_kit import FIRST_MS, coldset, sorted_rows
@@ -184,20 +187,7 @@ def test_plain_json_keys_appear_disappear_and_change_type(
             k: (v, padded.get(k)) for k, v in hot_row.items() if v != padded.get(k)
         }
 
-    sections = {
-        "lake": {
-            "kafka_bootstrap": lake.config.kafka_bootstrap,
-            "namespace": lake.namespace,
-            "catalog": {
-                "type": lake.catalog_type,
-                "name": lake.catalog_name,
-                "uri": lake.catalog_uri,
-                "warehouse": lake.warehouse,
-            },
-        },
-        "codecs": codecs,
-    }
-    config = "".join(f"\n{name}: {json.dumps(body)}\n" for name, body in sections.items())
+    config = lake_yaml(lake, codecs)
 
     # A fourth batch only in Kafka: ISK's merged serves every record, the new key a column; the
     # pipeline then copies the batch into the very schema and rows merged showed.
@@ -239,3 +229,67 @@ def test_plain_json_keys_appear_disappear_and_change_type(
     finally:
         proxy.stop()
     assert got == seen, proxy.log()[-3000:]
+
+
+def test_plain_json_later_batch_reads_in_one_pass(
+    spark: Any,
+    lake: PipelineLake,
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """A batch whose keys all have columns is read in one pass: new shapes that fit (keys left
+    out, keys in another order) are decoded, one that does not fit keeps its bytes with the
+    cause the fold gives, and the new shapes' declarations reach the table's properties, so KSI
+    rebuilds those values from the coldset. A batch with a new key is folded first."""
+    topic = create_topic(PARTS, prefix="typed-plain-json-later")
+    codecs = {"topics": [{"match": topic, "value": "json"}]}
+    typing = topic_typing(typed_context(tmp_path, codecs), topic)
+    assert typing is not None
+    first = [compact({"id": i, "currency": CURRENCIES[i % 3], "amount": i + 0.5}) for i in range(6)]
+    later = [
+        compact({"id": 6, "currency": "EUR"}),  # amount left out
+        compact({"amount": 7.5, "id": 7, "currency": "USD"}),  # another order
+        compact({"id": "X-8", "currency": "JPY"}),  # a string for the long column
+        b'{"id": 9, "currency": "EUR"}',  # spaced: kept
+        compact({"id": 10}),
+    ]
+    newer = [compact({"id": 11, "currency": "EUR", "amount": 1.25, "note": "new key"})]
+    columns = ["id", "currency", "amount"]
+    produced: list[bytes] = []
+    reports: list[list[str]] = []
+    for batch in (first, later, newer):
+        produce_batch(kafka_bootstrap, topic, batch, len(produced))
+        produced.extend(batch)
+        lines: list[str] = []
+        result = run_pipeline(spark, lake, topic, once=True, report=lines.append, codecs=typing)
+        assert result.records == len(batch)
+        reports.append(lines)
+    folding = [any("folding its shapes" in line for line in lines) for lines in reports]
+    assert folding == [False, False, True], reports
+
+    table = coldset(lake, topic)
+    assert [f.name for f in table.schema().fields[-4:]] == [*columns, "note"]
+    rows = {int(r["kafka_headers"][0]["value"]): r for r in table.scan().to_arrow().to_pylist()}
+    assert len(rows) == len(produced)
+    for number in range(6, 11):
+        row, value = rows[number], json.loads(produced[number])
+        refused = isinstance(value["id"], str)
+        assert (row[VALUE_ERROR_COLUMN] is not None) == refused, row
+        if refused:
+            assert "does not fit the table" in row[VALUE_ERROR_COLUMN], row
+            assert row["kafka_value"] == produced[number]
+            continue
+        assert {c: row[c] for c in columns} == {c: value.get(c) for c in columns}, row
+        canonical = produced[number] == compact(value)
+        assert row["kafka_value"] == (None if canonical else produced[number]), row
+    properties = table.properties
+    shaped = {r[VALUE_SCHEMA_ID_COLUMN] for r in rows.values() if r[VALUE_ERROR_COLUMN] is None}
+    assert all(f"bergstream.schema.{i}" in properties for i in shaped), (shaped, properties)
+    assert rows[11]["note"] == "new key"
+
+    held = take_all_records(kafka_bootstrap, topic, PARTS)
+    served, log = read_through_ksi(
+        tmp_path, kafka_bootstrap, topic, lake_yaml(lake, codecs), PARTS, len(held)
+    )
+    assert served == held, log[-3000:]

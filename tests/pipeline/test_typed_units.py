@@ -12,7 +12,7 @@ import pytest
 from bergstream.core.api import RegisteredSchema, SchemaNotFound
 from bergstream.pipeline.spark_arrow import spark_arrow_type, to_spark_array, uuid_text
 from bergstream.pipeline.typed import SchemasNeeded, ShippedSchemas, needed_by
-from bergstream.pipeline.typed_worker import CausesParam
+from bergstream.pipeline.typed_worker import CausesParam, ShapesParam
 
 UUIDS = [uuid.UUID(int=i * 0x0123456789ABCDEF0123) if i % 3 else None for i in range(8)]
 
@@ -108,6 +108,24 @@ def test_a_failed_jobs_message_names_the_schemas_it_needs() -> None:
     assert found is not None and found.ids == [2, 4] and found.subjects == ["refs"]
     assert needed_by(RuntimeError("executor lost")) is None
     assert needed_by(first) is first
+    assert not found.fold_shapes
+
+
+def test_a_failed_jobs_message_says_when_shapes_need_folding() -> None:
+    message = f"Py4JJavaError: ... {SchemasNeeded(fold_shapes=True)} ... {SchemasNeeded([9])}"
+    found = needed_by(RuntimeError(message))
+    assert found is not None and found.fold_shapes and found.ids == [9]
+    alone = needed_by(RuntimeError(f"... {SchemasNeeded(fold_shapes=True)} ..."))
+    assert alone is not None and alone.fold_shapes and not alone.ids and not alone.subjects
+
+
+def test_adopted_shapes_add_up() -> None:
+    param = ShapesParam()
+    one = RegisteredSchema(1, "JSON", "{}", subject="t-value")
+    two = RegisteredSchema(2, "JSON", '{"type":"object"}', subject="t-value")
+    total = param.addInPlace(param.zero({}), {1: one})
+    total = param.addInPlace(total, {1: one, 2: two})
+    assert total == {1: one, 2: two}
 
 
 def test_undecodable_counts_add_up() -> None:

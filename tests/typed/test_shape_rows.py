@@ -6,18 +6,29 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
-from pyiceberg.types import DoubleType, LongType, StringType
+import pytest
+from pyiceberg.types import (
+    DoubleType,
+    IcebergType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+)
 
 from bergstream.core.api import (
     ROW_SCHEMA,
     VALUE_ERROR_COLUMN,
     VALUE_SCHEMA_ID_COLUMN,
+    ShapesToFold,
     SideCodecs,
     StoredSchemas,
     TopicCodecs,
     TypedRows,
+    build_layout_of_columns,
     build_layout_of_shapes,
 )
+from bergstream.core.row_contract import version_fit
 from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
 from tests.typed.test_typed_rows import rows
 
@@ -112,3 +123,82 @@ def test_a_later_batch_adds_columns_and_a_type_the_table_cannot_take_stays_raw()
     assert json.loads(later[0])["n"] == 2.5
     _, again = rows_again.encode(table)
     assert again.to_pylist() == later
+
+
+def adopting(first: list[bytes | None]) -> tuple[TypedRows, TypedRows]:
+    """A table folded from ``first``, and two decoders of a later batch: one adopting shapes
+    with the table's columns as they are, one of the same layout without adoption."""
+    shaped = build_layout_of_shapes(
+        ROW_SCHEMA, LAST_ID, codecs(), StoredSchemas(), rows(first).column("kafka_value")
+    )
+    made = shaped.layout
+    layout = build_layout_of_columns(made.schema, made.last_column_id, codecs(), StoredSchemas())
+    assert layout is not None and layout.schema.as_struct() == made.schema.as_struct()
+    assert layout.value is not None and not layout.value.schemas
+    return (
+        TypedRows(layout, codecs(), StoredSchemas(), adopt_shapes=True),
+        TypedRows(layout, codecs(), StoredSchemas()),
+    )
+
+
+LATER = [
+    b'{"id":5,"currency":"EUR"}',  # amount left out: fits
+    b'{"amount":6,"id":6,"currency":"USD"}',  # another order, an integer for the double: fits
+    b'{"id":"X-7","currency":"JPY"}',  # a string for the long column: rejected
+    b'{"id": 8}',  # spaced: decodes, keeps its bytes
+    None,
+]
+
+
+def test_a_later_batch_adopts_the_shapes_that_fit_as_a_fold_would() -> None:
+    adopt, refuse = adopting(FIRST)
+    got = adopt.decode(rows(LATER))
+    # What the table folding the later batch's shapes first gives, row for row.
+    made = adopt.layout
+    shaped = build_layout_of_shapes(
+        made.schema,
+        made.last_column_id,
+        codecs(),
+        StoredSchemas(),
+        rows(LATER).column("kafka_value"),
+    )
+    assert shaped.layout.schema.as_struct() == made.schema.as_struct()
+    folded = TypedRows(shaped.layout, codecs(), StoredSchemas().add(list(shaped.shapes.values())))
+    assert got.table.to_pylist() == folded.decode(rows(LATER)).table.to_pylist()
+    table = got.table.to_pylist()
+    assert table[0]["id"] == 5 and table[0]["amount"] is None and table[0]["kafka_value"] is None
+    assert table[1]["amount"] == 6.0
+    assert "does not fit the table" in table[2][VALUE_ERROR_COLUMN]
+    assert table[3]["kafka_value"] == b'{"id": 8}' and table[3][VALUE_ERROR_COLUMN] is None
+    ids = {r[VALUE_SCHEMA_ID_COLUMN] for r in table if r[VALUE_ERROR_COLUMN] is None}
+    assert set(got.adopted) == ids - {None}  # reported for the table's properties
+    assert all(s.schema_type == "JSON" for s in got.adopted.values())
+    # Without adoption, the same rows keep their bytes: the table has not folded their shapes.
+    plain = refuse.decode(rows(LATER)).table.to_pylist()
+    assert all(r["kafka_value"] is not None for r in plain[:4])
+    assert "has not folded yet" in plain[0][VALUE_ERROR_COLUMN]
+
+
+def test_a_shape_needing_a_new_column_is_not_adopted() -> None:
+    adopt, _ = adopting(FIRST)
+    with pytest.raises(ShapesToFold) as raised:
+        adopt.decode(rows([b'{"id":9,"note":"a new key"}']))
+    assert len(raised.value.schema_ids) == 1
+
+
+def test_version_fit_says_what_a_fold_would_do() -> None:
+    shaped = build_layout_of_shapes(
+        ROW_SCHEMA, LAST_ID, codecs(), StoredSchemas(), rows(FIRST).column("kafka_value")
+    )
+    layout = shaped.layout
+
+    def fit(**fields: IcebergType) -> tuple[str, str | None]:
+        struct = StructType(
+            *(NestedField(i, n, t, required=False) for i, (n, t) in enumerate(fields.items(), 1))
+        )
+        return version_fit(layout, struct)
+
+    assert fit(id=LongType()) == ("fits", None)
+    assert fit(id=LongType(), note=StringType()) == ("grows", None)
+    outcome, why = fit(id=StringType())
+    assert outcome == "rejected" and why is not None and "id" in why

@@ -145,9 +145,10 @@ def _shape_codecs(codecs: TopicCodecs) -> dict[str, ShapeCodec]:
     return out
 
 
-def _tell(codec: ShapeCodec, values: pa.Array) -> pa.Array:
-    """The telling values of ``values``, in their order."""
-    rows = np.sort(np.asarray(codec.telling_rows(values), dtype=np.int64))
+def _tell(codec: ShapeCodec, values: pa.Array, *, telling: bool = False) -> pa.Array:
+    """The telling values of ``values`` (``telling``: values that are telling values already),
+    in their order."""
+    rows = np.sort(np.asarray(codec.telling_rows(values, telling=telling), dtype=np.int64))
     return values.take(pa.array(rows, pa.int64()))
 
 
@@ -158,7 +159,7 @@ def _joined(codecs: dict[str, ShapeCodec], parts: list[Telling]) -> Telling:
     for column, codec in codecs.items():
         arrays = [part[column] for part in parts if column in part]
         values = pa.concat_arrays(arrays) if arrays else pa.array([], pa.large_binary())
-        out[column] = _tell(codec, values) if len(arrays) > 1 else values
+        out[column] = _tell(codec, values, telling=True) if len(arrays) > 1 else values
     return out
 
 
