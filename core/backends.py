@@ -182,6 +182,17 @@ class ShapeCodec(ValueCodec, Protocol):
         ``telling``: as for :meth:`shapes` (telling values of several batches joined)."""
         ...
 
+    def joined_kinds(self, values: pa.Array) -> Mapping[str, Any]:
+        """What the columns folded from ``values`` are made of (picklable, opaque to callers):
+        each top-level key's kind over ``values`` taken together."""
+        ...
+
+    def within_kinds(self, values: pa.Array, joined: Mapping[str, Any]) -> bool:
+        """Whether folding ``values`` together with the values ``joined`` came from (see
+        :meth:`joined_kinds`) would make the very columns those alone make: every key of
+        ``values`` is in ``joined``, of a kind it holds as it is."""
+        ...
+
 
 def is_shape_codec(codec: object) -> bool:
     """Whether ``codec`` is a :class:`ShapeCodec` (it says its values carry no framing)."""

@@ -400,7 +400,13 @@ class TypedRows:
     are (it is then reported in :attr:`DecodedRows.adopted`), and keeps its bytes with the
     cause when the fold would reject it, exactly as a layout that folded it would have it; a
     shape that would add or widen a column raises :class:`ShapesToFold`. Without it, such rows
-    keep their bytes with a cause saying the table has not folded the shape yet."""
+    keep their bytes with a cause saying the table has not folded the shape yet.
+
+    ``within`` (with ``adopt_shapes``; side ``"value"``/``"key"`` -> what the shape codec's
+    ``joined_kinds`` gave for the values the layout was folded from): a batch whose values
+    would have folded into other columns together with those (``within_kinds`` false) raises
+    :class:`ShapesToFold`, so a layout folded from a sample of a batch decodes the batch only
+    when folding the whole batch would have made the same layout."""
 
     def __init__(
         self,
@@ -409,11 +415,13 @@ class TypedRows:
         source: SchemaSource,
         *,
         adopt_shapes: bool = False,
+        within: Mapping[str, Mapping[str, object]] | None = None,
     ):
         self.layout = layout
         self.codecs = codecs
         self.source = source
         self.adopt_shapes = adopt_shapes
+        self.within = dict(within or {})
         self._types: dict[tuple[str, int], tuple[IcebergType | None, str | None]] = {}
         # (side, schema id) -> what folding a shape the layout lacks would do (adopt_shapes)
         self._fits: dict[tuple[str, int], tuple[str, IcebergType | None, str | None]] = {}
@@ -638,6 +646,9 @@ class TypedRows:
             if schema.schema_id not in side.schemas and schema.schema_id not in side.rejected
         ]
         adopted: dict[int, RegisteredSchema] = {}
+        joined = self.within.get(name) if self.adopt_shapes else None
+        if joined is not None and not shape_codec.within_kinds(raw, joined):
+            raise ShapesToFold([s.schema_id for s in unfolded])
         if unfolded and self.adopt_shapes:
             side, adopted = self._adopt(name, side, codecs, unfolded)
             unfolded = []

@@ -14,12 +14,16 @@ Per batch:
    workers cannot write (see there) gets the decoded rows back in Spark
    (:mod:`~bergstream.pipeline.typed_worker`), written by the caller's append.
 
-Plain values (a shape codec such as ``json``): the first batch of a table is folded before it
-is decoded (one pass picks the values that make its shapes, the driver folds them: step 1 reads
-those instead of the registry). A later batch is read in one pass with the columns the table
-has: workers decode every shape that fits them and report the new ones, whose declarations the
-driver commits in the table's properties before the append. A shape that would add or widen a
-column fails the job; the driver then folds the batch first and runs it again.
+Plain values (a shape codec such as ``json``) have no registry to read: their layout is folded
+from the values themselves. A later batch is read in one pass with the columns the table has:
+workers decode every shape that fits them and report the new ones, whose declarations the driver
+commits in the table's properties before the append. The first batch is read in one pass too,
+with the columns folded from a sample (its first rows): workers check that their values would
+have made the same columns (every key in the sample, of a kind the sample's columns hold as they
+are), and the driver commits the columns only after the files are written. A batch that fails
+either check fails the job; the driver then folds the whole batch (one pass picks the values
+that make its shapes, the driver folds them: step 1 reads those instead of the registry) and
+runs it again.
 
 A worker that meets a schema id the driver did not ship fails the job; the driver reads those ids
 and runs the batch again (:mod:`~bergstream.pipeline.typed`). A registry that cannot be reached
@@ -43,6 +47,7 @@ from bergstream.core.api import (
     RegisteredSchema,
     RegistryUnavailable,
     SchemaNotFound,
+    ShapeCodec,
     TypedLayout,
     TypedRows,
     build_layout,
@@ -86,6 +91,8 @@ Append = Callable[["DataFrame"], None]
 _UNCHANGED = frozenset(
     {"kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_timestamp_type", "kafka_headers"}
 )
+#: Rows of a table's first batch of plain values its columns are first folded from.
+SAMPLE_ROWS = 20_000
 #: Longest pause between two attempts at an unreachable registry.
 _MAX_PAUSE_SECONDS = 30.0
 
@@ -219,8 +226,8 @@ class TypedBatches:
                     )
                 else:
                     self.report(
-                        "the batch has values whose keys need new or wider columns: folding "
-                        "its shapes, running the batch again"
+                        "the batch has values the columns it was read with were not folded "
+                        "from (new keys, wider kinds): folding its shapes, running it again"
                     )
                 needs = merged
 
@@ -234,6 +241,9 @@ class TypedBatches:
         source = _DriverSchemas(self.typing, shipped)
         base = self.table.current_schema()
         layout = self._layout_of_columns(base, source, needs)
+        sampled = None if layout is not None else self._layout_of_sample(rows, base, source, needs)
+        if sampled is not None:
+            layout = sampled[0]
         adopting = layout is not None
         if layout is None:
             if shape_sides(self.typing.codecs):
@@ -244,9 +254,16 @@ class TypedBatches:
             append(rows)  # no version of the subject yet: raw rows, as for an untyped topic
             return Counter()
         self._read_needed(needs, source)
-        self._evolve(base, layout, shipped)
         spark = self.table.spark
         causes = spark.sparkContext.accumulator(Counter(), CausesParam())
+        if sampled is not None:  # the columns are committed once the whole batch fits them
+            target = self._target(layout, base)
+            assert target is not None
+            self._write_files(
+                rows, layout, shipped, causes, target, summary, adopting, sampled[1], base
+            )
+            return Counter(causes.value)
+        self._evolve(base, layout, shipped)
         target = self._file_target(layout)
         if target is None:
             append(self._frame(rows, layout, shipped, causes))
@@ -268,12 +285,61 @@ class TypedBatches:
         if not shape_sides(codecs) or needs.fold_shapes:
             return None
         layout = build_layout_of_columns(base.schema, base.last_column_id, codecs, source)
-        if layout is None:
+        if layout is None or self._target(layout, base) is None:
             return None
-        target = file_target(
+        return layout
+
+    def _layout_of_sample(
+        self, rows: DataFrame, base: TableSchema, source: _DriverSchemas, needs: SchemasNeeded
+    ) -> tuple[TypedLayout, dict[str, Mapping[str, object]]] | None:
+        """The layout of a table's first batch of plain values, folded from its first
+        :data:`SAMPLE_ROWS` rows, and what those rows' columns are made of (per side, for the
+        workers' check; see the module docstring); None when the batch must be folded whole
+        (no plain values, an earlier attempt failed the check, files written by Spark)."""
+        codecs = self.typing.codecs
+        by_column = self._shape_codecs()
+        if not by_column or needs.fold_shapes:
+            return None
+        picked = rows.select(*by_column).limit(SAMPLE_ROWS).collect()
+
+        def values(column: str) -> pa.Array | None:
+            if column not in by_column:
+                return None
+            return pa.array([row[column] for row in picked], pa.large_binary())
+
+        value_sample, key_sample = values("kafka_value"), values("kafka_key")
+        shaped = build_layout_of_shapes(
+            base.schema, base.last_column_id, codecs, source, value_sample, key_sample
+        )
+        if self._target(shaped.layout, base) is None:
+            return None
+        for schema in shaped.shapes.values():
+            source.shipped.by_id.setdefault(schema.schema_id, schema)
+        within = {
+            side: by_column[column].joined_kinds(sample)
+            for side, column, sample in (
+                ("value", "kafka_value", value_sample),
+                ("key", "kafka_key", key_sample),
+            )
+            if sample is not None
+        }
+        return shaped.layout, within
+
+    def _shape_codecs(self) -> dict[str, ShapeCodec]:
+        """Input column -> the shape codec reading it."""
+        codecs = self.typing.codecs
+        return {
+            column: side.shape_codec
+            for column, side in (("kafka_value", codecs.value), ("kafka_key", codecs.key))
+            if side is not None and side.shape_codec is not None
+        }
+
+    def _target(self, layout: TypedLayout, base: TableSchema) -> FileTarget | None:
+        """How workers would write ``layout``'s files into the table (``base``: its current
+        schema and properties); None: through Spark's writer."""
+        return file_target(
             layout, self.table.partition_spec(), self.table.data_location(), base.properties, {}
         )
-        return layout if target is not None else None
 
     def _layout_of_shapes(
         self, rows: DataFrame, base: TableSchema, source: _DriverSchemas
@@ -282,11 +348,7 @@ class TypedBatches:
         make its shapes (a few per shape), the driver folds them (the values a shape codec
         reads; see :func:`~bergstream.core.api.build_layout_of_shapes`)."""
         codecs = self.typing.codecs
-        by_column = {
-            column: side.shape_codec
-            for column, side in (("kafka_value", codecs.value), ("kafka_key", codecs.key))
-            if side is not None and side.shape_codec is not None
-        }
+        by_column = self._shape_codecs()
         picked = rows.select(*by_column).mapInArrow(
             functools.partial(telling_values, by_column), TELLING_SCHEMA
         )
@@ -374,12 +436,19 @@ class TypedBatches:
         target: FileTarget,
         summary: Mapping[str, str],
         adopting: bool,
+        within: Mapping[str, Mapping[str, object]] | None = None,
+        unevolved: TableSchema | None = None,
     ) -> None:
         """Workers decode and write data files; the driver commits the declarations of the
-        shapes they adopted (``adopting``), then the files, all in one append."""
+        shapes they adopted (``adopting``; ``within``: see ``TypedRows``), then the files, all
+        in one append. ``unevolved``: the table's schema before ``layout``, which the driver
+        commits (:meth:`_evolve`) only once the files are written."""
         shapes = self.table.spark.sparkContext.accumulator({}, ShapesParam()) if adopting else None
+        typed_rows = TypedRows(
+            layout, self.typing.codecs, shipped, adopt_shapes=adopting, within=within
+        )
         job = DecodeJob(
-            rows=TypedRows(layout, self.typing.codecs, shipped, adopt_shapes=adopting),
+            rows=typed_rows,
             schemas=shipped,
             names=tuple(layout.arrow_schema.names),
             passthrough=frozenset(),
@@ -390,6 +459,8 @@ class TypedBatches:
         written = rows.mapInArrow(
             functools.partial(write_files, job, target), WRITTEN_FILES_SCHEMA
         ).collect()
+        if unevolved is not None:
+            self._evolve(unevolved, layout, shipped)
         if shapes is not None and shapes.value:
             properties = {
                 f"{SCHEMA_PROPERTY_PREFIX}{schema_id}": schema_property(schema)

@@ -7,6 +7,8 @@ The mapping, for the part of JSON Schema that describes the *shape* of values:
   optional (the table layout makes top-level columns optional anyway). ``additionalProperties``
   and combinators next to ``properties`` do not change the columns: properties a value has
   beyond the schema's are not decoded (the row keeps its bytes).
+- ``type: object`` at the top, with no ``properties`` and ``additionalProperties: false``: a
+  record with no fields (no columns; the value is always ``{}``).
 - ``type: object`` with no ``properties`` and ``additionalProperties: <schema>`` ->
   map<string, T>.
 - ``type: array`` with ``items: <schema>`` -> list<T>.
@@ -263,6 +265,8 @@ class _Parser:
                 fields.append(JsonField(name, child, name in listed))
             return JsonNode("struct", fields=tuple(fields))
         extra = schema.get("additionalProperties")
+        if extra is False and not properties and not path:
+            return JsonNode("struct", fields=())  # a record that has no fields, like Avro's
         if isinstance(extra, dict) and not properties and "patternProperties" not in schema:
             return JsonNode("map", items=self.node(extra, doc, doc_name, f"{path}{{}}"))
         return _JSON_TEXT

@@ -12,6 +12,7 @@ that made them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,8 +23,10 @@ from bergstream.plugins.value_codecs.json_codec import JsonSchemaCodec
 from bergstream.plugins.value_codecs.plain_json_shapes import (
     MAX_SHAPES,
     declare_shapes,
+    joined_kinds,
     observe,
     shape_id,
+    within_kinds,
 )
 from bergstream.plugins.value_codecs.schema_cache import Resolve
 
@@ -69,6 +72,18 @@ class PlainJsonCodec:
         Bounded as :meth:`shapes` is."""
         limit = None if telling else self.max_shapes
         return np.asarray(observe(values, limit).telling, dtype=np.int64)
+
+    def joined_kinds(self, values: pa.Array) -> dict[str, Any]:
+        """Each top-level key's kind over ``values`` taken together (picklable): what the
+        columns folded from ``values`` are made of."""
+        return joined_kinds(observe(values, None).shapes)
+
+    def within_kinds(self, values: pa.Array, joined: Mapping[str, Any]) -> bool:
+        """Whether every value of ``values`` (a window of records, bounded as :meth:`shapes`
+        is) has only keys of ``joined`` (from :meth:`joined_kinds`), each of a kind the joined
+        one holds as it is: folding ``values`` with the values ``joined`` came from makes the
+        same columns as folding those alone."""
+        return within_kinds(observe(values, self.max_shapes).shapes, joined)
 
     def iceberg_type(self, schema: RegisteredSchema, resolve: Resolve | None) -> IcebergType:
         """The Iceberg type of a declared shape's values."""

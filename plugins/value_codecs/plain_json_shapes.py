@@ -66,9 +66,11 @@ __all__ = [
     "Shape",
     "declare_shapes",
     "join",
+    "joined_kinds",
     "kind_of",
     "observe",
     "shape_id",
+    "within_kinds",
 ]
 
 #: Distinct shapes one window of records may have (a pipeline worker's Arrow batch, a range ISK
@@ -448,6 +450,27 @@ def _declare(column: _Column, kind: Kind, joined: Kind | None = None) -> dict[st
     return _of_kind(kind)
 
 
+def joined_kinds(shapes: Iterable[Shape]) -> dict[str, Kind]:
+    """Each top-level key's kind over ``shapes`` taken together, keys in first-seen order (what
+    a window's columns are made of)."""
+    joined: dict[str, Kind] = {}
+    for shape in shapes:
+        for key, kind in zip(shape.keys, shape.kinds, strict=True):
+            joined[key] = join(joined[key], kind) if key in joined else kind
+    return joined
+
+
+def within_kinds(shapes: Iterable[Shape], joined: Mapping[str, Kind]) -> bool:
+    """Whether ``shapes`` have only keys of ``joined``, each of a kind its joined kind holds as
+    it is (joining them in would change nothing)."""
+    for shape in shapes:
+        for key, kind in zip(shape.keys, shape.kinds, strict=True):
+            known = joined.get(key)
+            if known is None or join(known, kind) != known:
+                return False
+    return True
+
+
 def declare_shapes(
     shapes: Iterable[Shape],
     columns: Mapping[str, IcebergType] | None = None,
@@ -462,11 +485,7 @@ def declare_shapes(
     the columns; declaring again against them (``window`` off) gives what any other batch of the
     same rows declares, keys without a column included (they are in refused shapes only)."""
     shapes = list(shapes)
-    joined: dict[str, Kind] = {}
-    if window:
-        for shape in shapes:
-            for key, kind in zip(shape.keys, shape.kinds, strict=True):
-                joined[key] = join(joined[key], kind) if key in joined else kind
+    joined = joined_kinds(shapes) if window else {}
     table = {name: _column_of_type(type_) for name, type_ in (columns or {}).items()}
     texts = []
     for shape in shapes:
@@ -474,7 +493,9 @@ def declare_shapes(
         for key, kind in zip(shape.keys, shape.kinds, strict=True):
             column = table.get(key) or _column_of_kind(joined.get(key, kind))
             properties[key] = _declare(column, kind, joined.get(key))
-        schema = {"type": "object", "properties": properties}
+        schema: dict[str, Any] = {"type": "object", "properties": properties}
+        if not properties:  # {}: a record with no fields (no columns), not JSON text
+            schema["additionalProperties"] = False
         texts.append(json.dumps(schema, separators=(",", ":"), ensure_ascii=False))
     return texts
 

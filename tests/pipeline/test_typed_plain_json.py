@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from bergstream.core.api import VALUE_ERROR_COLUMN, VALUE_SCHEMA_ID_COLUMN
+from bergstream.pipeline import typed_batch
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import run_pipeline
 from bergstream.pipeline.typed import topic_typing
@@ -48,11 +49,12 @@ def compact(value: dict[str, Any]) -> bytes:
 
 
 def first_batch() -> list[bytes]:
-    """id, currency, amount (whole and fractional: a double), and odd ones."""
+    """id, currency, amount (whole, then fractional: a double), and odd ones."""
     values = [
-        compact({"id": i, "currency": CURRENCIES[i % 3], "amount": i * 10 + (i % 2) * 0.5})
+        compact({"id": i, "currency": CURRENCIES[i % 3],
+                 "amount": i * 10 if i < 4 else i * 10 + (i % 2) * 0.5})
         for i in range(12)
-    ]
+    ]  # fmt: skip
     values[4] = compact({"id": 4, "currency": "EUR", "amount": 40})  # "40": reads 40.0
     values.append(b'{"id": 12, "currency": "EUR", "amount": 1.5}')  # spaced
     values.append(b"[1,2]")  # not an object
@@ -122,25 +124,47 @@ def expected_row(text: bytes, columns: list[str]) -> dict[str, Any]:
     return {"failed": False, "shaped": True, "kept": None if canonical else text, **row}
 
 
+def assert_hotset_is_coldset(
+    home: Path, bootstrap: str, codecs: dict[str, Any], topic: str, lake: PipelineLake
+) -> None:
+    """ISK's hotset files hold the coldset's rows (its layout: the coldset's schema folded with
+    the shapes of every record in Kafka, in one window: what the pipeline's batches made)."""
+    table = coldset(lake, topic)
+    hot_schema, by_hotset = hotset_rows_of_codecs(home, bootstrap, codecs, topic, lake)
+    assert hot_schema.as_struct() == table.schema().as_struct()
+    cold_files = coldset_file_rows(table)
+    assert len(by_hotset) == len(cold_files)
+    for hot_row, cold_row in zip(by_hotset, cold_files, strict=True):
+        # a file written before a column existed has no such column: it reads as null
+        padded = {**dict.fromkeys(hot_row), **cold_row}
+        assert hot_row == padded, {
+            k: (v, padded.get(k)) for k, v in hot_row.items() if v != padded.get(k)
+        }
+
+
 def test_plain_json_keys_appear_disappear_and_change_type(
     spark: Any,
     lake: PipelineLake,
     kafka_bootstrap: str,
     create_topic: Callable[..., str],
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The first batch's first two rows make columns its later rows do not fit (integer
+    # amounts, then fractions): the whole batch is folded, as any batch with new keys is.
+    monkeypatch.setattr(typed_batch, "SAMPLE_ROWS", 2)
     topic = create_topic(PARTS, prefix="typed-plain-json")
     codecs = {"topics": [{"match": topic, "value": "json"}]}  # no registry at all
     typing = topic_typing(typed_context(tmp_path, codecs), topic)
     assert typing is not None
     produced: list[bytes] = []
+    reports: list[str] = []
     for batch in (first_batch(), second_batch(), third_batch()):
         produce_batch(kafka_bootstrap, topic, batch, len(produced))
         produced.extend(batch)
-        result = run_pipeline(
-            spark, lake, topic, once=True, report=lambda line: None, codecs=typing
-        )
+        result = run_pipeline(spark, lake, topic, once=True, report=reports.append, codecs=typing)
         assert result.records == len(batch)
+    assert sum("folding its shapes" in line for line in reports) == 3, reports
 
     table = coldset(lake, topic)
     schema = table.schema()
@@ -174,18 +198,7 @@ def test_plain_json_keys_appear_disappear_and_change_type(
         [r[c] for c in spark_columns] for r in rows
     ]
 
-    # ISK's hotset files hold the coldset's rows (its layout: the coldset's schema folded with
-    # the shapes of every record in Kafka).
-    hot_schema, by_hotset = hotset_rows_of_codecs(tmp_path, kafka_bootstrap, codecs, topic, lake)
-    assert hot_schema.as_struct() == schema.as_struct()
-    cold_files = coldset_file_rows(table)
-    assert len(by_hotset) == len(cold_files)
-    for hot_row, cold_row in zip(by_hotset, cold_files, strict=True):
-        # a file written before a column existed has no such column: it reads as null
-        padded = {**dict.fromkeys(hot_row), **cold_row}
-        assert hot_row == padded, {
-            k: (v, padded.get(k)) for k, v in hot_row.items() if v != padded.get(k)
-        }
+    assert_hotset_is_coldset(tmp_path, kafka_bootstrap, codecs, topic, lake)
 
     config = lake_yaml(lake, codecs)
 
@@ -237,11 +250,15 @@ def test_plain_json_later_batch_reads_in_one_pass(
     kafka_bootstrap: str,
     create_topic: Callable[..., str],
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A batch whose keys all have columns is read in one pass: new shapes that fit (keys left
-    out, keys in another order) are decoded, one that does not fit keeps its bytes with the
-    cause the fold gives, and the new shapes' declarations reach the table's properties, so KSI
-    rebuilds those values from the coldset. A batch with a new key is folded first."""
+    """A first batch whose rows fit the columns of its first rows (the sample) is read in one
+    pass, as is a later batch whose keys all have columns: new shapes that fit (keys left out,
+    keys in another order) are decoded, one that does not fit keeps its bytes with the cause
+    the fold gives, and the new shapes' declarations reach the table's properties, so KSI
+    rebuilds those values from the coldset. A batch with a new key is folded first. ISK, which
+    folds the whole log at once, makes the same table."""
+    monkeypatch.setattr(typed_batch, "SAMPLE_ROWS", 2)
     topic = create_topic(PARTS, prefix="typed-plain-json-later")
     codecs = {"topics": [{"match": topic, "value": "json"}]}
     typing = topic_typing(typed_context(tmp_path, codecs), topic)
@@ -287,6 +304,7 @@ def test_plain_json_later_batch_reads_in_one_pass(
     shaped = {r[VALUE_SCHEMA_ID_COLUMN] for r in rows.values() if r[VALUE_ERROR_COLUMN] is None}
     assert all(f"bergstream.schema.{i}" in properties for i in shaped), (shaped, properties)
     assert rows[11]["note"] == "new key"
+    assert_hotset_is_coldset(tmp_path, kafka_bootstrap, codecs, topic, lake)
 
     held = take_all_records(kafka_bootstrap, topic, PARTS)
     served, log = read_through_ksi(

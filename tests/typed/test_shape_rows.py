@@ -202,3 +202,24 @@ def test_version_fit_says_what_a_fold_would_do() -> None:
     assert fit(id=LongType(), note=StringType()) == ("grows", None)
     outcome, why = fit(id=StringType())
     assert outcome == "rejected" and why is not None and "id" in why
+
+
+def test_a_batch_beyond_the_sample_it_was_folded_from_is_not_decoded() -> None:
+    """Folded from a sample (its kinds ``within``), a batch whose values would have folded into
+    other columns raises instead of decoding with the sample's columns."""
+    sample = [b'{"id":1,"amount":5,"currency":"EUR"}']
+    shaped = build_layout_of_shapes(
+        ROW_SCHEMA, LAST_ID, codecs(), StoredSchemas(), rows(sample).column("kafka_value")
+    )
+    joined = PlainJsonCodec().joined_kinds(rows(sample).column("kafka_value").combine_chunks())
+    typed = TypedRows(
+        shaped.layout,
+        codecs(),
+        StoredSchemas().add(list(shaped.shapes.values())),
+        adopt_shapes=True,
+        within={"value": joined},
+    )
+    fits = typed.decode(rows([b'{"id":2,"amount":6,"currency":"USD"}', b'{"id":3}']))
+    assert fits.table.column("amount").to_pylist() == [6, None]
+    with pytest.raises(ShapesToFold):  # 7.5 would have made amount a double
+        typed.decode(rows([b'{"id":2,"amount":7.5,"currency":"USD"}']))

@@ -14,12 +14,16 @@ from hypothesis import strategies as st
 from pyiceberg.types import DoubleType, IcebergType, LongType, StringType
 
 from bergstream.core.api import (
+    ROW_ARROW_SCHEMA,
     ROW_SCHEMA,
+    VALUE_ERROR_COLUMN,
+    VALUE_SCHEMA_ID_COLUMN,
     RegisteredSchema,
     SideCodecs,
     StoredSchemas,
     TopicCodecs,
     TypedLayout,
+    TypedRows,
     build_layout,
     build_layout_of_shapes,
 )
@@ -273,3 +277,69 @@ def test_telling_rows_declare_what_the_whole_batch_declares(window: list[dict[st
     whole = codec.shapes(values, None, SUBJECT, window=True)
     few = codec.shapes(values.take(pa.array(telling)), None, SUBJECT, window=True)
     assert [s.schema for s in few.schemas] == [s.schema for s in whole.schemas]
+
+
+def test_within_kinds_says_whether_a_batch_joins_into_the_same_kinds() -> None:
+    codec = PlainJsonCodec()
+    joined = codec.joined_kinds(payloads({"a": 1, "m": {"x": 1.5}}, {"a": 2, "m": {"x": 2}}))
+    assert codec.within_kinds(payloads({"a": 3}, {"m": {"x": 7}}, [1], None), joined)
+    assert not codec.within_kinds(payloads({"a": 3.5}), joined)  # integer -> number
+    assert not codec.within_kinds(payloads({"a": None}), joined)  # nullable now
+    assert not codec.within_kinds(payloads({"b": 1}), joined)  # a key it has not seen
+    assert not codec.within_kinds(payloads({"m": {"y": 1}}), joined)  # a nested key
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_OBJECTS, min_size=1, max_size=8), st.data())
+def test_a_sample_that_holds_the_batch_folds_the_batchs_layout(
+    first: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    """The pipeline folds a table's first batch from its first rows when the rest join into the
+    same kinds: the layout, and every row decoded with shapes adopted, are the whole fold's."""
+    codec = PlainJsonCodec()
+    rest = data.draw(st.lists(st.sampled_from(first) | _OBJECTS, max_size=10))
+    values = payloads(*first, *rest)
+    sample = values[: len(first)]
+    topic_codecs = TopicCodecs("t", SideCodecs({"JSON": codec}, SUBJECT))
+    base, last = ROW_SCHEMA, ROW_SCHEMA.highest_field_id
+    whole = build_layout_of_shapes(base, last, topic_codecs, StoredSchemas(), values)
+    joined = codec.joined_kinds(sample)
+    if not codec.within_kinds(values, joined):
+        return
+    sampled = build_layout_of_shapes(base, last, topic_codecs, StoredSchemas(), sample)
+    assert sampled.layout.schema.as_struct() == whole.layout.schema.as_struct()
+    assert sampled.layout.last_column_id == whole.layout.last_column_id
+    assert set(sampled.shapes) <= set(whole.shapes)
+    rows = ROW_ARROW_SCHEMA.empty_table()
+    table = pa.Table.from_pydict(
+        {
+            **{f.name: pa.nulls(len(values), f.type) for f in rows.schema},
+            "kafka_partition": pa.array([0] * len(values), pa.int32()),
+            "kafka_offset": pa.array(range(len(values)), pa.int64()),
+            "kafka_headers": pa.array([[]] * len(values), rows.schema.field("kafka_headers").type),
+            "kafka_value": values,
+        },
+        schema=rows.schema,
+    )
+    adopting = TypedRows(
+        sampled.layout,
+        topic_codecs,
+        StoredSchemas().add(list(sampled.shapes.values())),
+        adopt_shapes=True,
+        within={"value": joined},
+    ).decode(table)
+    folded = TypedRows(
+        whole.layout, topic_codecs, StoredSchemas().add(list(whole.shapes.values()))
+    ).decode(table)
+    assert adopting.table.to_pylist() == folded.table.to_pylist()
+    assert set(adopting.adopted) | set(sampled.shapes) >= {
+        i for i in folded.table.column(VALUE_SCHEMA_ID_COLUMN).to_pylist() if i is not None
+    } - {
+        i
+        for i, error in zip(
+            folded.table.column(VALUE_SCHEMA_ID_COLUMN).to_pylist(),
+            folded.table.column(VALUE_ERROR_COLUMN).to_pylist(),
+            strict=True,
+        )
+        if error is not None
+    }
