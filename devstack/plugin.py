@@ -28,12 +28,26 @@ def stack_group() -> None:
     type=click.Choice(["kafka", "s3", "redis", "schema-registry"]),
     help="Only these (default: all).",
 )
-def stack_up_command(components: tuple[str, ...]) -> None:
+@click.option(
+    "--brokers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Kafka nodes (each broker and controller); new topics get min(3, N) replicas.",
+)
+@click.option(
+    "--security",
+    default="plaintext",
+    show_default=True,
+    type=click.Choice(["plaintext", "sasl_ssl", "ssl"]),
+    help="Kafka clients: no authentication, TLS with SCRAM/PLAIN users, or mutual TLS.",
+)
+def stack_up_command(components: tuple[str, ...], brokers: int, security: str) -> None:
     """Start the stack in the background under $BERGSTREAM_HOME; print its env when ready."""
     from bergstream.devstack.stack import StackError, stack_up
 
     try:
-        env = stack_up(components=set(components) or None)
+        env = stack_up(components=set(components) or None, brokers=brokers, security=security)
     except StackError as error:
         raise click.ClickException(str(error)) from None
     click.echo(env.as_exports())

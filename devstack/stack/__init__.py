@@ -7,10 +7,13 @@ Registry (Confluent-compatible API; from Maven Central, run on the JDK) as detac
 processes on free 127.0.0.1 ports, waits until each is ready and records PIDs, ports and
 versions in ``$BERGSTREAM_HOME/stack.json``; ``stack_down()`` stops them by PID, together with
 the processes attached to the stack (``attach_process``: the quickstart's ``bergstream run``).
+
+Kafka runs one or more KRaft nodes (``stack_up(brokers=N)``), with no authentication or, with
+``security="sasl_ssl"`` or ``"ssl"``, TLS, users and ACLs (:mod:`.kafka_security`).
 """
 
 from .attached import AttachedProcess, attach_process, attached_processes, stop_attached
-from .env import S3_REGION, StackEnv
+from .env import S3_REGION, KafkaClientSecurity, StackEnv
 from .kafka_broker import KAFKA_TOOL_ALIASES, KAFKA_VERSION, ensure_kafka_libs, kafka_tool_command
 from .manager import stack_down, stack_env, stack_status, stack_up
 from .paths import COMPONENTS, StackError, StackPaths
@@ -24,6 +27,7 @@ __all__ = [
     "KAFKA_VERSION",
     "S3_REGION",
     "AttachedProcess",
+    "KafkaClientSecurity",
     "StackEnv",
     "StackError",
     "StackPaths",

@@ -6,16 +6,54 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["S3_REGION", "StackEnv"]
+__all__ = ["S3_REGION", "KafkaClientSecurity", "StackEnv"]
 
 #: The region every S3 client is told to use (clients refuse or call AWS without one).
 S3_REGION = "us-east-1"
 
 
 @dataclass(frozen=True)
+class KafkaClientSecurity:
+    """How a client reaches a secured local Kafka as the admin user, and the config files that
+    say it (librdkafka properties for the admin and for the user without rights, Java client
+    properties for the admin)."""
+
+    protocol: str  # SASL_SSL or SSL
+    ca_location: Path
+    config: Path
+    config_noaccess: Path
+    java_config: Path
+    sasl_mechanism: str | None = None
+    username: str | None = None
+    password: str | None = None
+    certificate_location: Path | None = None
+    key_location: Path | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        """The ``BERGSTREAM_KAFKA_*`` variables of the secured Kafka (unset fields left out)."""
+        out = {
+            "BERGSTREAM_KAFKA_CONFIG": str(self.config),
+            "BERGSTREAM_KAFKA_CONFIG_NOACCESS": str(self.config_noaccess),
+            "BERGSTREAM_KAFKA_JAVA_CONFIG": str(self.java_config),
+            "BERGSTREAM_KAFKA_SECURITY_PROTOCOL": self.protocol,
+        }
+        optional = {
+            "BERGSTREAM_KAFKA_SASL_MECHANISM": self.sasl_mechanism,
+            "BERGSTREAM_KAFKA_SASL_USERNAME": self.username,
+            "BERGSTREAM_KAFKA_SASL_PASSWORD": self.password,
+            "BERGSTREAM_KAFKA_SSL_CA_LOCATION": self.ca_location,
+            "BERGSTREAM_KAFKA_SSL_CERTIFICATE_LOCATION": self.certificate_location,
+            "BERGSTREAM_KAFKA_SSL_KEY_LOCATION": self.key_location,
+        }
+        out.update({name: str(value) for name, value in optional.items() if value is not None})
+        return out
+
+
+@dataclass(frozen=True)
 class StackEnv:
     """Addresses and keys of a running local stack. A field is None when that component is not
-    part of the stack (``stack up`` with a subset of components)."""
+    part of the stack (``stack up`` with a subset of components). ``kafka_bootstrap`` lists
+    every broker (comma-separated)."""
 
     home: Path
     kafka_bootstrap: str | None = None
@@ -25,6 +63,8 @@ class StackEnv:
     s3_region: str = S3_REGION
     redis_url: str | None = None
     schema_registry_url: str | None = None
+    #: Set when Kafka runs with ``--security sasl_ssl`` or ``ssl``; None for plaintext.
+    kafka_security: KafkaClientSecurity | None = None
 
     def as_dict(self) -> dict[str, str]:
         """The environment variables (``BERGSTREAM_*``) for this stack, absent components left
@@ -32,6 +72,8 @@ class StackEnv:
         out = {"BERGSTREAM_HOME": str(self.home)}
         if self.kafka_bootstrap is not None:
             out["BERGSTREAM_KAFKA_BOOTSTRAP"] = self.kafka_bootstrap
+            if self.kafka_security is not None:
+                out.update(self.kafka_security.as_dict())
         if self.s3_endpoint is not None:
             out["BERGSTREAM_S3_ENDPOINT"] = self.s3_endpoint
             out["BERGSTREAM_S3_ACCESS_KEY"] = self.s3_access_key or ""

@@ -1,23 +1,28 @@
-"""Apache Kafka (KRaft, one combined broker+controller) from Maven Central jars, run on the JDK."""
+"""Apache Kafka (KRaft nodes, each broker and controller) from Maven Central jars, on the JDK."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import re
 import shutil
 import socket
+import ssl
 import struct
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 from bergstream.core.api import ApiKey
 
+from . import kafka_security
+from .kafka_security import SecurityFiles
 from .paths import StackError, StackPaths
 from .procs import find_executable
 
@@ -306,25 +311,68 @@ def new_cluster_id() -> str:
             return cid
 
 
-def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
-    """The broker's ``server.properties``: single node, KRaft combined mode, 127.0.0.1 only."""
+def replication_factor(brokers: int) -> int:
+    """The replication factor of new and internal topics on a cluster of ``brokers``."""
+    return min(3, brokers)
+
+
+def server_properties(
+    data_dir: Path,
+    port: int,
+    controller_port: int,
+    *,
+    node_id: int = 1,
+    controllers: Mapping[int, int] | None = None,
+    internal_port: int | None = None,
+    security: str = "plaintext",
+    files: SecurityFiles | None = None,
+) -> str:
+    """The ``server.properties`` of one node (KRaft combined broker+controller, 127.0.0.1 only).
+
+    ``controllers`` maps every node id of the cluster to its controller port (the static quorum;
+    default: this node alone). Plaintext: a ``PLAINTEXT`` listener on ``port`` for clients and
+    brokers. Secured (``sasl_ssl`` or ``ssl``, with ``files`` and ``internal_port``): the client
+    listener ``SASL_SSL`` or ``SSL`` on ``port``, brokers talk over ``INTERNAL`` on
+    ``internal_port``, and ``INTERNAL`` and ``CONTROLLER`` take only mutual TLS.
+    """
+    controllers = dict(controllers or {node_id: controller_port})
+    if controllers.get(node_id) != controller_port:
+        raise ValueError(f"node {node_id} must be a voter on port {controller_port}")
+    rf = str(replication_factor(len(controllers)))
+    voters = ",".join(f"{node}@127.0.0.1:{cport}" for node, cport in sorted(controllers.items()))
+    client = kafka_security.client_listener(security)
+    if client == "PLAINTEXT":
+        listeners = {"PLAINTEXT": port, "CONTROLLER": controller_port}
+        advertised = {"PLAINTEXT": port}
+        inter_broker = "PLAINTEXT"
+        protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+    else:
+        if files is None or internal_port is None:
+            raise ValueError(f"a {security} broker needs its TLS files and an internal port")
+        listeners = {client: port, "INTERNAL": internal_port, "CONTROLLER": controller_port}
+        advertised = {client: port, "INTERNAL": internal_port}
+        inter_broker = "INTERNAL"
+        protocols = f"CONTROLLER:SSL,INTERNAL:SSL,{client}:{client}"
     props = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
-        "inter.broker.listener.name": "PLAINTEXT",
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters,
+        "listeners": ",".join(f"{name}://127.0.0.1:{p}" for name, p in listeners.items()),
+        "advertised.listeners": ",".join(
+            f"{name}://127.0.0.1:{p}" for name, p in advertised.items()
+        ),
+        "inter.broker.listener.name": inter_broker,
         "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map": protocols,
         "log.dirs": str(data_dir),
         "num.partitions": "1",
-        "default.replication.factor": "1",
+        "default.replication.factor": rf,
+        # 1, so that producing with acks=all goes on while one broker of three is down.
         "min.insync.replicas": "1",
-        "offsets.topic.replication.factor": "1",
-        "transaction.state.log.replication.factor": "1",
+        "offsets.topic.replication.factor": rf,
+        "transaction.state.log.replication.factor": rf,
         "transaction.state.log.min.isr": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.replication.factor": rf,
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "true",
@@ -332,35 +380,66 @@ def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
         # Time-based retention is checked every 5 s (default 5 min), so tests can age data out.
         "log.retention.check.interval.ms": "5000",
     }
+    if files is not None and client != "PLAINTEXT":
+        props.update(kafka_security.server_security_properties(files, security))
     lines = ["# Written by `bergstream stack up`; rewritten on every start."]
     lines += [f"{key}={value}" for key, value in props.items()]
     return "\n".join(lines) + "\n"
 
 
-def broker_log_config(logs: Path) -> str:
-    """Log4j 2 config for the broker: ``logs/kafka-server.log`` and ``logs/kafka-controller.log``
-    (rolled by size), warnings also to stdout (``logs/kafka.log``)."""
+def broker_log_config(logs: Path, name: str = "kafka") -> str:
+    """Log4j 2 config for the broker ``name`` (``kafka``, ``kafka-2``...):
+    ``logs/<name>-server.log`` and ``logs/<name>-controller.log`` (rolled by size), warnings also
+    to stdout (``logs/<name>.log``)."""
     return _BROKER_LOG4J2.format(
-        server=quoteattr(str(logs / "kafka-server.log")),
-        server_pattern=quoteattr(str(logs / "kafka-server.log.%i")),
-        controller=quoteattr(str(logs / "kafka-controller.log")),
-        controller_pattern=quoteattr(str(logs / "kafka-controller.log.%i")),
+        server=quoteattr(str(logs / f"{name}-server.log")),
+        server_pattern=quoteattr(str(logs / f"{name}-server.log.%i")),
+        controller=quoteattr(str(logs / f"{name}-controller.log")),
+        controller_pattern=quoteattr(str(logs / f"{name}-controller.log.%i")),
     )
 
 
 def prepare_broker(
-    paths: StackPaths, java: str, port: int, controller_port: int, cluster_id: str
+    paths: StackPaths,
+    java: str,
+    port: int,
+    controller_port: int,
+    cluster_id: str,
+    *,
+    name: str = "kafka",
+    node_id: int = 1,
+    controllers: Mapping[int, int] | None = None,
+    internal_port: int | None = None,
+    security: str = "plaintext",
+    files: SecurityFiles | None = None,
 ) -> list[str]:
-    """Write the broker's config files, format its storage on first start and return the
-    broker's command line."""
+    """Write the config files of the broker ``name`` (node ``node_id``; its working directory
+    is ``paths.component_dir(name)``), format its storage on first start (with the SCRAM users
+    when ``security`` is ``sasl_ssl``) and return its command line. The arguments after
+    ``cluster_id`` are those of ``server_properties``."""
     libs = ensure_kafka_libs(paths)
-    workdir = paths.component_dir("kafka")
+    controllers = dict(controllers or {node_id: controller_port})
+    workdir = paths.component_dir(name)
     data = workdir / "data"
     data.mkdir(parents=True, exist_ok=True)
     props = workdir / "server.properties"
-    props.write_text(server_properties(data, port, controller_port), encoding="utf-8")
+    text = server_properties(
+        data,
+        port,
+        controller_port,
+        node_id=node_id,
+        controllers=controllers,
+        internal_port=internal_port,
+        security=security,
+        files=files,
+    )
+    # Owner-only: a secured broker's file holds the PLAIN users' passwords.
+    fd = os.open(props, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.chmod(props, 0o600)
     log_config = workdir / "log4j2.xml"
-    log_config.write_text(broker_log_config(paths.logs), encoding="utf-8")
+    log_config.write_text(broker_log_config(paths.logs, name), encoding="utf-8")
     classpath = f"{libs}/*"
     if not (data / "meta.properties").is_file():
         tools_log = kafka_dir(paths) / "config" / "tools-log4j2.xml"
@@ -378,20 +457,23 @@ def prepare_broker(
             cluster_id,
             "--ignore-formatted",
         ]
+        if security == "sasl_ssl" and files is not None:
+            cmd += kafka_security.scram_format_args(files)
         try:
             out = subprocess.run(
                 cmd, cwd=workdir, capture_output=True, text=True, timeout=300, check=False
             )
         except subprocess.TimeoutExpired as exc:
-            raise StackError("formatting Kafka's storage timed out after 300 s") from exc
+            raise StackError(f"formatting the storage of {name} timed out after 300 s") from exc
         if out.returncode != 0:
             raise StackError(
-                f"formatting Kafka's storage failed (exit {out.returncode}):\n"
+                f"formatting the storage of {name} failed (exit {out.returncode}):\n"
                 f"{(out.stdout + out.stderr).strip()}"
             )
     return [
         java,
-        "-Xmx1g",
+        # Several brokers share a small machine: 512 MiB each is plenty for a dev cluster.
+        "-Xmx512m" if len(controllers) > 1 else "-Xmx1g",
         "-Xms256m",
         "-server",
         "-XX:+UseG1GC",
@@ -443,11 +525,28 @@ def _read_string(data: bytes, pos: int) -> tuple[str | None, int]:
     return data[pos : pos + length].decode(), pos + length
 
 
-def probe_broker(port: int, host: str = "127.0.0.1", timeout: float = 2.0) -> bool:
+def broker_ssl_context(files: SecurityFiles) -> ssl.SSLContext:
+    """A TLS client context that trusts the stack's CA and presents the brokers' own
+    certificate (for ``probe_broker`` on a secured broker's ``INTERNAL`` listener)."""
+    context = ssl.create_default_context(cafile=str(files.ca_cert))
+    context.load_cert_chain(str(files.broker_keystore))
+    return context
+
+
+def probe_broker(
+    port: int,
+    host: str = "127.0.0.1",
+    timeout: float = 2.0,
+    ssl_context: ssl.SSLContext | None = None,
+) -> bool:
     """True once the broker answers ApiVersions and its Metadata lists itself (registered and
-    unfenced, i.e. ready to serve produce and fetch)."""
+    unfenced, i.e. ready to serve produce and fetch). With ``ssl_context`` the connection is
+    TLS (a secured broker's mutual-TLS ``INTERNAL`` listener)."""
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
+        with contextlib.ExitStack() as stack:
+            sock = stack.enter_context(socket.create_connection((host, port), timeout=timeout))
+            if ssl_context is not None:
+                sock = stack.enter_context(ssl_context.wrap_socket(sock, server_hostname=host))
             sock.settimeout(timeout)
             body = _request(sock, ApiKey.API_VERSIONS, 0, 1, b"")
             (error,) = struct.unpack_from(">h", body, 0)

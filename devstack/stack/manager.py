@@ -6,14 +6,16 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
+import shutil
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import kafka_broker, redis_server, s3_server, schema_registry
+from . import kafka_broker, kafka_security, redis_server, s3_server, schema_registry
 from .attached import stop_attached
 from .env import StackEnv
 from .paths import COMPONENTS, StackError, StackPaths
@@ -27,6 +29,9 @@ _S3_ACCESS_KEY = "bergstream"
 _UP_HINT = "run `bergstream stack up`"
 # How the servers' logs say that a port was taken ("seems to be in use": Quarkus, i.e. Apicurio).
 _PORT_TAKEN = ("already in use", "seems to be in use")
+_DOWN_HINT = "run `bergstream stack down` first"
+# Kafka's nodes after the first: their state entries and working directories.
+_EXTRA_BROKER = re.compile(r"kafka-([2-9]|[1-9][0-9]+)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -117,11 +122,13 @@ class _Component:
     def check(self) -> _Prereqs:
         raise NotImplementedError
 
-    def choose_ports(self, previous: dict[str, int] | None, exclude: set[int]) -> dict[str, int]:
+    def choose_ports(
+        self, state: _State, previous: dict[str, int] | None, exclude: set[int]
+    ) -> dict[str, int]:
         return _choose_ports(self.port_names, previous, exclude)
 
     def launch(
-        self, paths: StackPaths, state: _State, entry: dict[str, Any], pre: _Prereqs
+        self, paths: StackPaths, state: _State, unit: str, entry: dict[str, Any], pre: _Prereqs
     ) -> tuple[list[str], dict[str, str] | None]:
         raise NotImplementedError
 
@@ -133,6 +140,10 @@ class _Component:
 
 
 class _Kafka(_Component):
+    """Kafka: one process per node. The first node's state entry and working directory are
+    ``kafka`` (it also keeps the cluster's shape: ``brokers``, ``security``, ``cluster_id``), the
+    others' ``kafka-2``, ``kafka-3``..."""
+
     name = "kafka"
     port_names = ("broker", "controller")
     comms = ("java",)
@@ -143,20 +154,54 @@ class _Kafka(_Component):
         java = kafka_broker.find_java()
         return _Prereqs(java, kafka_broker.KAFKA_VERSION)
 
+    def choose_ports(
+        self, state: _State, previous: dict[str, int] | None, exclude: set[int]
+    ) -> dict[str, int]:
+        names = self.port_names
+        if _kafka_shape(state)[1] != "plaintext":
+            names = ("broker", "internal", "controller")
+        return _choose_ports(names, previous, exclude)
+
     def launch(
-        self, paths: StackPaths, state: _State, entry: dict[str, Any], pre: _Prereqs
+        self, paths: StackPaths, state: _State, unit: str, entry: dict[str, Any], pre: _Prereqs
     ) -> tuple[list[str], dict[str, str] | None]:
-        cluster_id = entry.setdefault("cluster_id", kafka_broker.new_cluster_id())
+        brokers, security = _kafka_shape(state)
+        cluster_id = state.components["kafka"].setdefault(
+            "cluster_id", kafka_broker.new_cluster_id()
+        )
+        controllers = {
+            _node_id(u): state.components[u]["ports"]["controller"] for u in _kafka_units(brokers)
+        }
+        files = None
+        if security != "plaintext":
+            files = kafka_security.ensure_security_files(paths.home)
         ports = entry["ports"]
         t0 = time.monotonic()
         argv = kafka_broker.prepare_broker(
-            paths, pre.binary, ports["broker"], ports["controller"], cluster_id
+            paths,
+            pre.binary,
+            ports["broker"],
+            ports["controller"],
+            cluster_id,
+            name=unit,
+            node_id=_node_id(unit),
+            controllers=controllers,
+            internal_port=ports.get("internal"),
+            security=security,
+            files=files,
         )
         entry["prepare_seconds"] = round(time.monotonic() - t0, 3)
         return argv, None
 
     def probe(self, state: _State, entry: dict[str, Any]) -> tuple[bool, str]:
-        ok = kafka_broker.probe_broker(entry["ports"]["broker"])
+        if _kafka_shape(state)[1] == "plaintext":
+            ok = kafka_broker.probe_broker(entry["ports"]["broker"])
+        else:
+            # The client listener wants credentials: ask over the mutual-TLS INTERNAL listener,
+            # as the brokers do, with their certificate.
+            files = kafka_security.load_security_files(Path(state.home))
+            context = kafka_broker.broker_ssl_context(files)
+            ok = kafka_broker.probe_broker(entry["ports"]["internal"], ssl_context=context)
         return ok, "" if ok else "broker not registered yet"
 
     def address(self, entry: dict[str, Any]) -> str:
@@ -174,11 +219,13 @@ class _S3(_Component):
         weed = s3_server.find_weed()
         return _Prereqs(weed, s3_server.weed_version(weed))
 
-    def choose_ports(self, previous: dict[str, int] | None, exclude: set[int]) -> dict[str, int]:
+    def choose_ports(
+        self, state: _State, previous: dict[str, int] | None, exclude: set[int]
+    ) -> dict[str, int]:
         return s3_server.choose_s3_ports(previous, exclude)
 
     def launch(
-        self, paths: StackPaths, state: _State, entry: dict[str, Any], pre: _Prereqs
+        self, paths: StackPaths, state: _State, unit: str, entry: dict[str, Any], pre: _Prereqs
     ) -> tuple[list[str], dict[str, str] | None]:
         return s3_server.weed_command(
             paths, pre.binary, entry["ports"], state.s3_access_key, state.s3_secret_key
@@ -208,7 +255,7 @@ class _Redis(_Component):
         return _Prereqs(binary, redis_server.redis_version(binary))
 
     def launch(
-        self, paths: StackPaths, state: _State, entry: dict[str, Any], pre: _Prereqs
+        self, paths: StackPaths, state: _State, unit: str, entry: dict[str, Any], pre: _Prereqs
     ) -> tuple[list[str], dict[str, str] | None]:
         return redis_server.redis_command(paths, pre.binary, entry["ports"]["redis"]), None
 
@@ -232,7 +279,7 @@ class _SchemaRegistry(_Component):
         return _Prereqs(java, schema_registry.APICURIO_VERSION)
 
     def launch(
-        self, paths: StackPaths, state: _State, entry: dict[str, Any], pre: _Prereqs
+        self, paths: StackPaths, state: _State, unit: str, entry: dict[str, Any], pre: _Prereqs
     ) -> tuple[list[str], dict[str, str] | None]:
         t0 = time.monotonic()
         argv = schema_registry.registry_command(paths, pre.binary, entry["ports"]["http"])
@@ -251,6 +298,82 @@ _REGISTRY: dict[str, _Component] = {
     c.name: c for c in (_Kafka(), _S3(), _Redis(), _SchemaRegistry())
 }
 assert set(_REGISTRY) == set(COMPONENTS)
+
+
+# --------------------------------------------------------------------------------------------
+# Units: one process each. A component is one unit, except Kafka: one per node.
+
+
+def _kafka_shape(state: _State) -> tuple[int, str]:
+    """(brokers, security) of the Kafka recorded in ``state`` (1, plaintext if none is)."""
+    head = state.components.get("kafka", {})
+    return int(head.get("brokers", 1)), str(head.get("security", "plaintext"))
+
+
+def _kafka_units(brokers: int) -> list[str]:
+    return ["kafka"] + [f"kafka-{node}" for node in range(2, brokers + 1)]
+
+
+def _node_id(unit: str) -> int:
+    return 1 if unit == "kafka" else int(unit.removeprefix("kafka-"))
+
+
+def _comp(unit: str) -> _Component:
+    return _REGISTRY["kafka"] if _EXTRA_BROKER.fullmatch(unit) else _REGISTRY[unit]
+
+
+def _units(state: _State, components: Collection[str]) -> list[str]:
+    """The processes of ``components``, Kafka expanded to its nodes."""
+    units: list[str] = []
+    for name in components:
+        units += _kafka_units(_kafka_shape(state)[0]) if name == "kafka" else [name]
+    return units
+
+
+def _known_units(paths: StackPaths, state: _State | None) -> list[str]:
+    """Every unit this home may have processes of: the components, the Kafka nodes in
+    ``stack.json`` and any ``kafka-N`` working directory (a cluster of an earlier shape)."""
+    extra = set(state.components) if state else set()
+    if paths.home.is_dir():
+        extra |= {p.name for p in paths.home.iterdir() if p.is_dir()}
+    brokers = sorted((u for u in extra if _EXTRA_BROKER.fullmatch(u)), key=_node_id)
+    units: list[str] = []
+    for name in COMPONENTS:
+        units += [name, *brokers] if name == "kafka" else [name]
+    return units
+
+
+def _kafka_bootstrap(state: _State) -> str:
+    """The client addresses of every Kafka node, comma-separated."""
+    return ",".join(
+        _REGISTRY["kafka"].address(state.components[u])
+        for u in _kafka_units(_kafka_shape(state)[0])
+    )
+
+
+def _set_kafka_shape(paths: StackPaths, state: _State, brokers: int, security: str) -> None:
+    """Record the Kafka cluster ``stack up`` was asked for. A different shape than the running
+    cluster's is an error; a different one than a stopped cluster's starts Kafka over, with
+    empty storage (a KRaft quorum and its SCRAM users are fixed when the storage is formatted)."""
+    old = _kafka_shape(state)
+    if old == (brokers, security):
+        return
+    alive = [u for u in _known_units(paths, state) if _comp(u).name == "kafka"]
+    alive = [u for u in alive if _running(paths, u, state.components.get(u))]
+    if alive:
+        raise StackError(
+            f"Kafka in {paths.home} runs {old[0]} broker(s) with security {old[1]}, not "
+            f"{brokers} with {security}: {_DOWN_HINT} (then `bergstream stack up` with the new "
+            f"options starts Kafka over with empty topics)"
+        )
+    for unit in _known_units(paths, state):
+        if _comp(unit).name == "kafka":
+            shutil.rmtree(paths.component_dir(unit) / "data", ignore_errors=True)
+            if unit != "kafka":
+                state.components.pop(unit, None)
+    head = state.components.setdefault("kafka", {})
+    head.pop("cluster_id", None)
+    head["brokers"], head["security"] = brokers, security
 
 
 def _select(components: Collection[str] | None) -> list[str]:
@@ -302,56 +425,126 @@ def _log_tail(path: Path, lines: int = 25) -> str:
 def _env(paths: StackPaths, state: _State, names: Collection[str]) -> StackEnv:
     entries = state.components
     kafka = entries.get("kafka") if "kafka" in names else None
+    security = _kafka_shape(state)[1]
+    client_security = None
+    if kafka and security != "plaintext":
+        files = kafka_security.load_security_files(paths.home)
+        client_security = kafka_security.client_security(files, security)
     s3 = entries.get("s3") if "s3" in names else None
     redis = entries.get("redis") if "redis" in names else None
     registry = entries.get("schema-registry") if "schema-registry" in names else None
     return StackEnv(
         home=paths.home,
-        kafka_bootstrap=_REGISTRY["kafka"].address(kafka) if kafka else None,
+        kafka_bootstrap=_kafka_bootstrap(state) if kafka else None,
         s3_endpoint=_REGISTRY["s3"].address(s3) if s3 else None,
         s3_access_key=state.s3_access_key if s3 else None,
         s3_secret_key=state.s3_secret_key if s3 else None,
         redis_url=_REGISTRY["redis"].address(redis) if redis else None,
         schema_registry_url=_REGISTRY["schema-registry"].address(registry) if registry else None,
+        kafka_security=client_security,
     )
+
+
+def _running_components(paths: StackPaths, state: _State) -> list[str]:
+    """The components every process of which runs."""
+    return [
+        name
+        for name in COMPONENTS
+        if all(_running(paths, u, state.components.get(u)) for u in _units(state, [name]))
+    ]
 
 
 # --------------------------------------------------------------------------------------------
 # Public API
 
 
-def stack_up(home: Path | None = None, components: set[str] | None = None) -> StackEnv:
+def stack_up(
+    home: Path | None = None,
+    components: set[str] | None = None,
+    *,
+    brokers: int = 1,
+    security: str = "plaintext",
+) -> StackEnv:
     """Start the local stack (``components``: any of ``kafka``, ``s3``, ``redis``,
     ``schema-registry``; default all) as detached background processes on free 127.0.0.1 ports
     and wait until each is ready.
 
+    Kafka runs ``brokers`` nodes (KRaft, each broker and controller, a static quorum of all;
+    new topics get min(3, brokers) replicas). ``security``: ``plaintext`` (no authentication),
+    ``sasl_ssl`` (TLS, SCRAM-SHA-512 and PLAIN users) or ``ssl`` (mutual TLS), both with the
+    standard authorizer: the user ``admin`` may do anything, ``noaccess`` nothing; the CA,
+    certificates, passwords and client config files are in ``home/security``.
+
     Idempotent: components already running and healthy are left alone (same PIDs and ports); a
-    component whose process died is started again, on its previous ports if they are free.
+    component (or Kafka node) whose process died is started again, on its previous ports if they
+    are free. Asking for another Kafka shape (brokers, security) than the running one is a
+    StackError; after ``stack down`` a new shape starts Kafka over with empty storage.
     State is kept in ``home/stack.json``, logs in ``home/logs``. Returns the environment of every
     component running in this home. Raises StackError if a prerequisite is missing (nothing is
     started then) or a component does not become ready (its log tail is in the message).
     """
+    if brokers < 1:
+        raise StackError(f"Kafka needs at least one broker, not {brokers}")
+    try:
+        kafka_security.check_mode(security)
+    except ValueError as exc:
+        raise StackError(str(exc)) from None
     paths = StackPaths.resolve(home)
     wanted = _select(components)
     paths.ensure()
     with _locked(paths):
         state = _load(paths, create=True)
         assert state is not None
-        to_start = [n for n in wanted if not _running(paths, n, state.components.get(n))]
-        prereqs = {name: _REGISTRY[name].check() for name in to_start}  # fail before starting
-        failures = _launch(paths, state, wanted, to_start, prereqs)
+        # Fail before starting (or wiping) anything. A component to start again or to reshape
+        # has a process that does not run.
+        needs = [n for n in wanted if n not in _running_components(paths, state)]
+        prereqs = {name: _REGISTRY[name].check() for name in needs}
+        if "kafka" in wanted:
+            _set_kafka_shape(paths, state, brokers, security)
+        units = _units(state, wanted)
+        to_start = [u for u in units if not _running(paths, u, state.components.get(u))]
+        failures = _launch(paths, state, units, to_start, prereqs)
         # A port chosen free can be taken before the server binds it: retry those once.
-        raced = [n for n in failures if _lost_port_race(paths, n)]
+        raced = [u for u in failures if _lost_port_race(paths, u)]
         if raced:
-            for name in raced:
-                state.components[name].pop("ports", None)
-            failures = {n: why for n, why in failures.items() if n not in raced}
+            raced = _with_whole_quorum(paths, state, raced, to_start)
+            for unit in raced:
+                state.components[unit].pop("ports", None)
+            failures = {u: why for u, why in failures.items() if u not in raced}
             failures.update(_launch(paths, state, raced, raced, prereqs))
         if failures:
             _raise_failures(paths, failures)
+        running = _running_components(paths, state)
+        security = _kafka_shape(state)[1]
+        if "kafka" in running and security != "plaintext":
+            files = kafka_security.ensure_security_files(paths.home)
+            kafka_security.write_client_files(files, security, _kafka_bootstrap(state))
         _save(paths, state)
-        running = [n for n in COMPONENTS if _running(paths, n, state.components.get(n))]
         return _env(paths, state, running)
+
+
+def _with_whole_quorum(
+    paths: StackPaths, state: _State, raced: list[str], to_start: list[str]
+) -> list[str]:
+    """The units to start again after a port race. Kafka nodes know each other by their
+    controller ports, so a raced node takes all the nodes started with it along (stopped first);
+    if some node was running before, the quorum cannot move and nothing of Kafka is retried."""
+    kafka = _units(state, ["kafka"])
+    if not any(u in kafka for u in raced):
+        return raced
+    others = [u for u in raced if u not in kafka]
+    if not all(u in to_start for u in kafka):
+        return others
+    terminate(
+        {
+            state.components[u]["pid"]: _REGISTRY["kafka"].stop_timeout
+            for u in kafka
+            if u not in raced and pid_alive(state.components[u].get("pid"))
+        }
+    )
+    for unit in kafka:
+        state.components[unit].pop("pid", None)
+    return others + kafka
 
 
 def _launch(
@@ -366,8 +559,11 @@ def _launch(
     # so the slow preparation does not count against anyone's readiness timeout.
     launches = {}
     try:
-        for name in to_start:
-            launches[name] = _prepare(paths, state, name, prereqs[name])
+        for unit in to_start:
+            _assign_ports(paths, state, unit, to_start)
+        # Only now: a Kafka node's config lists the controller ports of all nodes.
+        for unit in to_start:
+            launches[unit] = _prepare(paths, state, unit, prereqs[_comp(unit).name])
     finally:
         _save(paths, state)
     spawned: dict[str, float] = {}
@@ -379,24 +575,43 @@ def _launch(
     return _wait_ready(paths, state, wanted, spawned)
 
 
-def _prepare(
-    paths: StackPaths, state: _State, name: str, pre: _Prereqs
-) -> tuple[list[str], dict[str, str] | None]:
-    """Choose ports and write the config of one component; return its command and environment."""
-    comp = _REGISTRY[name]
-    entry = state.components.setdefault(name, {})
+def _assign_ports(paths: StackPaths, state: _State, unit: str, to_start: list[str]) -> None:
+    """Choose the ports of one unit to start. A Kafka node rejoining running nodes must keep
+    its ports: they are in the others' quorum configuration."""
+    comp = _comp(unit)
+    entry = state.components.setdefault(unit, {})
     entry.pop("pid", None)
     others = {
         port
         for other, e in state.components.items()
-        if other != name
+        if other != unit
         for port in e.get("ports", {}).values()
     }
-    entry["ports"] = comp.choose_ports(entry.get("ports"), others)
+    previous = entry.get("ports")
+    rejoining = comp.name == "kafka" and any(
+        u not in to_start and _running(paths, u, state.components.get(u))
+        for u in _units(state, ["kafka"])
+    )
+    if not rejoining:
+        entry["ports"] = comp.choose_ports(state, previous, others)
+        return
+    kept = comp.choose_ports(state, previous, others)
+    if kept != previous:
+        raise StackError(
+            f"{unit} must come back on its ports {previous} (the other Kafka nodes know it by "
+            f"them) but some are taken now: {_DOWN_HINT}, then `bergstream stack up`"
+        )
+
+
+def _prepare(
+    paths: StackPaths, state: _State, unit: str, pre: _Prereqs
+) -> tuple[list[str], dict[str, str] | None]:
+    """Write the config of one unit (its ports chosen); return its command and environment."""
+    entry = state.components[unit]
     entry["version"] = pre.version
     entry["ready_seconds"] = None
-    paths.component_dir(name).mkdir(parents=True, exist_ok=True)
-    return comp.launch(paths, state, entry, pre)
+    paths.component_dir(unit).mkdir(parents=True, exist_ok=True)
+    return _comp(unit).launch(paths, state, unit, entry, pre)
 
 
 def _spawn(
@@ -416,12 +631,12 @@ def _wait_ready(
     """Wait until every component in ``names`` answers its probe. Components that die or time
     out are stopped and returned as ``{name: why}``."""
     now = time.monotonic()
-    deadlines = {n: spawned.get(n, now) + _REGISTRY[n].ready_timeout for n in names}
+    deadlines = {n: spawned.get(n, now) + _comp(n).ready_timeout for n in names}
     pending = list(names)
     failures: dict[str, str] = {}
     while pending:
         for name in list(pending):
-            comp, entry = _REGISTRY[name], state.components[name]
+            comp, entry = _comp(name), state.components[name]
             ok, detail = comp.probe(state, entry)
             if ok:
                 if name in spawned:
@@ -439,7 +654,7 @@ def _wait_ready(
         return failures
     terminate(
         {
-            state.components[n]["pid"]: _REGISTRY[n].stop_timeout
+            state.components[n]["pid"]: _comp(n).stop_timeout
             for n in failures
             if pid_alive(state.components[n].get("pid"))
         }
@@ -473,8 +688,9 @@ def stack_down(home: Path | None = None) -> list[str]:
     after a timeout; servers that ``stack.json`` lost track of (same working directory and
     executable) are stopped too, after the processes attached to the stack (the quickstart's
     ``bergstream run``, see :mod:`.attached`), which depend on them. Removes the PIDs from
-    ``stack.json`` (ports, versions and S3 keys stay for the next ``stack up``) and returns the
-    names of the components and attached processes stopped."""
+    ``stack.json`` (ports, versions, S3 keys and Kafka's shape stay for the next ``stack up``)
+    and returns the names of the components and attached processes stopped (Kafka's nodes after
+    the first as ``kafka-2``, ``kafka-3``...)."""
     paths = StackPaths.resolve(home)
     if not paths.home.is_dir():
         return []
@@ -483,8 +699,8 @@ def stack_down(home: Path | None = None) -> list[str]:
         targets: dict[int, float] = {}
         stopped: list[str] = stop_attached(paths.home)
         ports: list[int] = []
-        for name in COMPONENTS:
-            comp = _REGISTRY[name]
+        for name in _known_units(paths, state):
+            comp = _comp(name)
             entry = state.components.get(name) if state else None
             pids = set(find_strays(paths.component_dir(name), comp.comms))
             if entry and _running(paths, name, entry):
@@ -508,7 +724,9 @@ def stack_down(home: Path | None = None) -> list[str]:
 def stack_status(home: Path | None = None) -> dict[str, dict[str, Any]]:
     """Per component (``kafka``, ``s3``, ``redis``, ``schema-registry``): ``pid`` (or None),
     ``running``, ``address`` (or None), ``ports``, ``version``, ``log`` and timings of the last
-    start (``ready_seconds``: spawn to ready)."""
+    start (``ready_seconds``: spawn to ready). Kafka's entry describes its first node and adds
+    ``brokers``, ``security`` and ``nodes`` (the same fields per node, with ``node_id``); it is
+    ``running`` when every node runs, and its ``address`` lists every node."""
     paths = StackPaths.resolve(home)
     state = _load(paths, create=False) if paths.home.is_dir() else None
     status: dict[str, dict[str, Any]] = {}
@@ -524,6 +742,25 @@ def stack_status(home: Path | None = None) -> dict[str, dict[str, Any]]:
             "ready_seconds": entry.get("ready_seconds"),
             "log": str(paths.log_file(name)),
         }
+    kafka = status["kafka"]
+    shape = _kafka_shape(state) if state else (1, "plaintext")
+    kafka["brokers"], kafka["security"] = shape
+    kafka["nodes"] = []
+    for unit in _kafka_units(shape[0]):
+        entry = (state.components.get(unit) if state else None) or {}
+        running = _running(paths, unit, entry)
+        kafka["nodes"].append(
+            {
+                "node_id": _node_id(unit),
+                "pid": entry.get("pid") if running else None,
+                "running": running,
+                "ports": dict(entry.get("ports", {})),
+                "ready_seconds": entry.get("ready_seconds"),
+                "log": str(paths.log_file(unit)),
+            }
+        )
+    kafka["running"] = all(node["running"] for node in kafka["nodes"])
+    kafka["address"] = _kafka_bootstrap(state) if state and kafka["running"] else None
     return status
 
 
@@ -535,14 +772,14 @@ def stack_env(home: Path | None = None) -> StackEnv:
     state = _load(paths, create=False) if paths.home.is_dir() else None
     if state is None:
         raise StackError(f"the local stack is not up (no {paths.state_file}): {_UP_HINT}")
-    started = [n for n in COMPONENTS if state.components.get(n, {}).get("pid")]
-    running = [n for n in started if _running(paths, n, state.components[n])]
+    units = _units(state, COMPONENTS)
+    started = [u for u in units if state.components.get(u, {}).get("pid")]
     if not started:
         raise StackError(f"the local stack in {paths.home} is not up: {_UP_HINT}")
-    dead = [n for n in started if n not in running]
+    dead = [u for u in started if not _running(paths, u, state.components[u])]
     if dead:
         raise StackError(
             f"{', '.join(dead)} of the local stack in {paths.home} is not running: "
             f"{_UP_HINT} to restart it"
         )
-    return _env(paths, state, running)
+    return _env(paths, state, [n for n in COMPONENTS if set(_units(state, [n])) & set(started)])
