@@ -8,6 +8,9 @@ re-encoding differ from it (``keep`` set, values kept): non-minimal varints, boo
 wins; earlier entries go to the map's dropped-entries column), decimals not in fastavro's
 length, uuids not in their lowercase 36-character form. A column running out of room stops the
 walk before that row (status :data:`OVERFLOW`), so the caller grows the arena and resumes there.
+
+The numba cache is keyed on this file only: after changing :mod:`.arena_kernel`,
+:mod:`.kernel_read` or :mod:`.kernel_numeric`, touch this file too.
 """
 
 from __future__ import annotations
@@ -15,7 +18,16 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from bergstream.plugins.value_codecs.arena_kernel import DONE, OVERFLOW, append_pads
+from bergstream.plugins.value_codecs.arena_kernel import (
+    DONE,
+    OVERFLOW,
+    append_long,
+    append_offset,
+    append_pads,
+    append_string,
+    copy_lengths,
+    null_row,
+)
 from bergstream.plugins.value_codecs.avro_ops import (
     ERR_BLOCK,
     ERR_DECIMAL,
@@ -51,7 +63,6 @@ from bergstream.plugins.value_codecs.avro_ops import (
 )
 from bergstream.plugins.value_codecs.kernel_numeric import decimal_length, fits_precision
 from bergstream.plugins.value_codecs.kernel_read import (
-    copy_bytes,
     high_bit_set,
     mark_duplicates,
     read_be128,
@@ -83,13 +94,12 @@ def decode_rows(
     row, column): :data:`DONE`, or :data:`OVERFLOW` with the row to resume at and the column
     that needs room (nothing of that row is kept)."""
     rows = offsets.size - 1
-    ncols = clen.size
-    saved = np.empty(ncols, dtype=np.int64)
+    saved = np.empty(clen.size, dtype=np.int64)
     flags = np.empty(64, dtype=np.uint8)
     for row in range(start_row, rows):
         pos = offsets[row] + skip
         end = offsets[row + 1]
-        for c in range(ncols):
+        for c in range(clen.size):
             saved[c] = clen[c]
         error = 0
         over = -1
@@ -178,17 +188,13 @@ def decode_rows(
                     a64[cbase[col] + at + 1] = high
                     clen[col] = at + 2
                 else:
-                    data = code[pc, 2]
-                    filled = clen[data]
-                    at = clen[col]
-                    if filled + length > ccap[data]:
-                        over = data
+                    over = append_string(
+                        a64, a8, cbase, ccap, clen, col, code[pc, 2], source, start, length
+                    )
+                    if over >= 0:
                         break
-                    if at >= ccap[col]:
-                        over = col
-                        break
-                    copy_bytes(a8, cbase[data] + filled, source, start, length)
-                    # Only strings with a byte above 0x7F need the full UTF-8 check.
+                    # Only strings with a byte above 0x7F need the full UTF-8 check (a bad one
+                    # is an error: the row's columns are rolled back, the string with them).
                     if (
                         op == OP_STRING
                         and code[pc, 3] == 1
@@ -197,9 +203,6 @@ def decode_rows(
                     ):
                         error = ERR_UTF8
                         break
-                    clen[data] = filled + length
-                    a64[cbase[col] + at] = filled + length
-                    clen[col] = at + 1
                 pc += 1
             elif op in (OP_DOUBLE, OP_FLOAT):
                 size = 8 if op == OP_DOUBLE else 4
@@ -249,7 +252,10 @@ def decode_rows(
             elif op == OP_JUMP:
                 pc = code[pc, 1]
             elif op == OP_NULLFILL:
-                over = append_pads(pads, code[pc, 1], code[pc, 2], a64, a32, a8, cbase, ccap, clen)
+                over = append_pads(
+                    pads, code[pc, 1], code[pc, 2], symbol_offsets, symbol_data,
+                    a64, a32, a8, cbase, ccap, clen,
+                )  # fmt: skip
                 if over >= 0:
                     break
                 pc += 1
@@ -301,13 +307,9 @@ def decode_rows(
                     error = ERR_BLOCK
                     break
                 if count == 0:
-                    col = code[pc, 1]
-                    at = clen[col]
-                    if at >= ccap[col]:
-                        over = col
+                    over = append_offset(a64, cbase, ccap, clen, code[pc, 1], 0)
+                    if over >= 0:
                         break
-                    a64[cbase[col] + at] = a64[cbase[col] + at - 1]
-                    clen[col] = at + 1
                     pc = code[pc, 2]
                 else:
                     stack[sp, 0] = count
@@ -345,13 +347,9 @@ def decode_rows(
                     continue
                 total = stack[top, 1]
                 sp = top
-                col = code[pc, 2]
-                at = clen[col]
-                if at >= ccap[col]:
-                    over = col
+                over = append_offset(a64, cbase, ccap, clen, code[pc, 2], total)
+                if over >= 0:
                     break
-                a64[cbase[col] + at] = a64[cbase[col] + at - 1] + total
-                clen[col] = at + 1
                 keys = code[pc, 3]
                 if keys >= 0 and total > 1:
                     last = clen[keys] - 1
@@ -364,20 +362,16 @@ def decode_rows(
                         drops = code[pc, 5]
                         for j in range(total):
                             if flags[j] == 1:
-                                at = clen[drops]
-                                if at >= ccap[drops]:
-                                    over = drops
+                                over = append_long(a64, cbase, ccap, clen, drops, last - total + j)
+                                if over >= 0:
                                     break
-                                a64[cbase[drops] + at] = last - total + j
-                                clen[drops] = at + 1
                         if over >= 0:
                             break
                 pc += 1
             elif op == OP_END:
                 break
         if over >= 0:
-            for c in range(ncols):
-                clen[c] = saved[c]
+            copy_lengths(saved, clen)
             return OVERFLOW, row, over
         if error == 0 and pos != end:
             error = ERR_TRAILING
@@ -385,9 +379,10 @@ def decode_rows(
             keep[row] = 1 if odd else 0
             errors[row] = 0
             continue
-        for c in range(ncols):
-            clen[c] = saved[c]
-        over = append_pads(pads, root_pad_first, root_pad_count, a64, a32, a8, cbase, ccap, clen)
+        over = null_row(
+            saved, pads, root_pad_first, root_pad_count, symbol_offsets, symbol_data,
+            a64, a32, a8, cbase, ccap, clen,
+        )  # fmt: skip
         if over >= 0:
             return OVERFLOW, row, over
         keep[row] = 1

@@ -6,6 +6,9 @@ Columns are read with one cursor each (slots consumed in order); a string or bin
 offsets address its data column. A value the decoder could not have produced (a union struct
 with no branch set, a string that is no symbol of its enum, a timestamp-millis with a
 sub-millisecond part) stops the walk with a positive status (:data:`.avro_ops.ENCODE_ERRORS`).
+
+The numba cache is keyed on this file only: after changing :mod:`.kernel_write`,
+:mod:`.kernel_read` or :mod:`.kernel_numeric`, touch this file too.
 """
 
 from __future__ import annotations
@@ -43,39 +46,12 @@ from bergstream.plugins.value_codecs.avro_ops import (
 )
 from bergstream.plugins.value_codecs.kernel_numeric import decimal_length
 from bergstream.plugins.value_codecs.kernel_read import copy_bytes
+from bergstream.plugins.value_codecs.kernel_write import grow, put_le, put_uuid, put_zigzag
 
 __all__ = ["encode_rows"]
 
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
-_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-
-
-@numba.njit(cache=True, nogil=True)
-def _grow(out: np.ndarray, used: int, need: int) -> np.ndarray:
-    """``out`` with room for ``need`` bytes (its first ``used`` bytes kept)."""
-    bigger = np.empty(max(2 * out.size, need), dtype=np.uint8)
-    bigger[:used] = out[:used]
-    return bigger
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _put_varint(out: np.ndarray, pos: int, value: int) -> int:
-    """Write ``value`` zigzag-encoded at ``pos`` (room for 10 bytes checked by the caller)."""
-    raw = (value << 1) ^ (value >> 63)
-    while raw & ~np.int64(0x7F) != 0:
-        out[pos] = (raw & 0x7F) | 0x80
-        raw = (raw >> 7) & 0x01FFFFFFFFFFFFFF
-        pos += 1
-    out[pos] = raw
-    return pos + 1
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _put_le(out: np.ndarray, pos: int, value: int, size: int) -> int:
-    for i in range(size):
-        out[pos + i] = (value >> (8 * i)) & 0xFF
-    return pos + size
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -131,7 +107,7 @@ def encode_rows(
         while True:
             op = code[pc, 0]
             if pos + 20 > out.size:
-                out = _grow(out, pos, pos + 20)
+                out = grow(out, pos, pos + 20)
             if op in (OP_LONG, OP_TS_MILLIS, OP_TIME_MILLIS):
                 col = code[pc, 1]
                 value = a64[cbase[col] + cpos[col]]
@@ -142,7 +118,7 @@ def encode_rows(
                     value //= 1000
                     if op == OP_TIME_MILLIS and (value < _INT32_MIN or value > _INT32_MAX):
                         return ENC_INT_RANGE, row, out
-                pos = _put_varint(out, pos, value)
+                pos = put_zigzag(out, pos, value)
                 pc += 1
             elif op in (OP_STRING, OP_ENUM):
                 col = code[pc, 1]
@@ -155,27 +131,27 @@ def encode_rows(
                                 code[pc, 3])  # fmt: skip
                     if k < 0:
                         return ENC_ENUM, row, out
-                    pos = _put_varint(out, pos, k)
+                    pos = put_zigzag(out, pos, k)
                 else:
                     if pos + 10 + length > out.size:
-                        out = _grow(out, pos, pos + 10 + length)
-                    pos = _put_varint(out, pos, length)
+                        out = grow(out, pos, pos + 10 + length)
+                    pos = put_zigzag(out, pos, length)
                     copy_bytes(out, pos, a8, start, length)
                     pos += length
                 pc += 1
             elif op == OP_INT:
                 col = code[pc, 1]
-                pos = _put_varint(out, pos, np.int64(a32[cbase[col] + cpos[col]]))
+                pos = put_zigzag(out, pos, np.int64(a32[cbase[col] + cpos[col]]))
                 cpos[col] += 1
                 pc += 1
             elif op == OP_DOUBLE:
                 col = code[pc, 1]
-                pos = _put_le(out, pos, a64[cbase[col] + cpos[col]], 8)
+                pos = put_le(out, pos, a64[cbase[col] + cpos[col]], 8)
                 cpos[col] += 1
                 pc += 1
             elif op == OP_FLOAT:
                 col = code[pc, 1]
-                pos = _put_le(out, pos, np.int64(a32[cbase[col] + cpos[col]]), 4)
+                pos = put_le(out, pos, np.int64(a32[cbase[col] + cpos[col]]), 4)
                 cpos[col] += 1
                 pc += 1
             elif op == OP_BOOL:
@@ -213,7 +189,7 @@ def encode_rows(
                     chosen = null_branch
                 if chosen < 0:
                     return ENC_UNION, row, out
-                pos = _put_varint(out, pos, chosen)
+                pos = put_zigzag(out, pos, chosen)
                 pc = jumps[base + chosen]
             elif op == OP_JUMP:
                 pc = code[pc, 1]
@@ -223,23 +199,16 @@ def encode_rows(
                 if op == OP_FIXED:
                     size = code[pc, 2]
                     if pos + size > out.size:
-                        out = _grow(out, pos, pos + size)
+                        out = grow(out, pos, pos + size)
                     for i in range(size):
                         out[pos + i] = a8[at + i]
                     pos += size
                 else:
                     size = 16
                     if pos + 37 > out.size:
-                        out = _grow(out, pos, pos + 37)
+                        out = grow(out, pos, pos + 37)
                     out[pos] = 72  # zigzag 36
-                    pos += 1
-                    for i in range(16):
-                        if i == 4 or i == 6 or i == 8 or i == 10:
-                            out[pos] = 45
-                            pos += 1
-                        out[pos] = _HEX[a8[at + i] >> 4]
-                        out[pos + 1] = _HEX[a8[at + i] & 15]
-                        pos += 2
+                    pos = put_uuid(out, pos + 1, a8, at)
                 cpos[col] += size
                 pc += 1
             elif op in (OP_DEC_BYTES, OP_DEC_FIXED):
@@ -250,11 +219,11 @@ def encode_rows(
                 cpos[col] += 2
                 if op == OP_DEC_BYTES:
                     size = decimal_length(high, low)
-                    pos = _put_varint(out, pos, size)
+                    pos = put_zigzag(out, pos, size)
                 else:
                     size = code[pc, 2]
                 if pos + size > out.size:
-                    out = _grow(out, pos, pos + size)
+                    out = grow(out, pos, pos + size)
                 pos = _put_be128(out, pos, high, low, size)
                 pc += 1
             elif op == OP_ARRAY:
@@ -262,7 +231,7 @@ def encode_rows(
                 at = cbase[col] + cpos[col]
                 cpos[col] += 1
                 count = a64[at + 1] - a64[at]
-                pos = _put_varint(out, pos, count)
+                pos = put_zigzag(out, pos, count)
                 if count == 0:
                     pc = code[pc, 2]
                 else:

@@ -7,24 +7,18 @@ column. What the kernel does not write (a subnormal double, a date or date-time 
 1 to 9999, text that is not UTF-8) makes it drop the row's output and set ``fallback[row]``:
 the caller writes that row the general way (which raises where it must).
 
-The numba cache is keyed on this file only: after changing :mod:`.json_enc_numbers` or
-:mod:`.kernel_read`, touch this file too.
+The numba cache is keyed on this file only: after changing :mod:`.json_enc_numbers`,
+:mod:`.kernel_read` or :mod:`.kernel_write`, touch this file too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numba
 import numpy as np
-from llvmlite import ir
-from numba.core import types
-from numba.core.base import BaseContext
-from numba.core.typing.templates import Signature
-from numba.extending import intrinsic
 
 from bergstream.plugins.value_codecs.json_enc_numbers import write_double, write_long
-from bergstream.plugins.value_codecs.kernel_read import copy_bytes, utf8_ok
+from bergstream.plugins.value_codecs.kernel_read import copy_bytes, load_word, utf8_ok
+from bergstream.plugins.value_codecs.kernel_write import put_uuid
 
 __all__ = ["STRING_ROOM", "VALUE_ROOM", "escaped_size", "write_rows"]
 
@@ -106,23 +100,6 @@ def _put_date(out: np.ndarray, pos: int, days: int) -> int:
     return pos + 10
 
 
-@intrinsic
-def _word(
-    typingctx: object, src: types.Type, at: types.Type
-) -> tuple[Signature, Callable[..., object]]:
-    """The 8 bytes of a uint8 array at ``at`` as one unaligned native-endian int64 (bounds
-    are the caller's)."""
-
-    def codegen(
-        context: BaseContext, builder: ir.IRBuilder, signature: Signature, args: list[ir.Value]
-    ) -> ir.Value:
-        source = context.make_array(signature.args[0])(context, builder, args[0])
-        pointer = builder.gep(source.data, [args[1]])
-        return builder.load(builder.bitcast(pointer, ir.IntType(64).as_pointer()), align=1)
-
-    return types.int64(src, types.intp), codegen
-
-
 _ONES = 0x0101010101010101
 _HIGHS = np.int64(-0x7F7F7F7F7F7F7F80)  # 0x80 in every byte
 _SPACES = 0x2020202020202020
@@ -148,7 +125,7 @@ def _put_string(out: np.ndarray, pos: int, data: np.ndarray, start: int, length:
     pos += 1
     end = start + length
     plain = start  # bytes before this one need no escape and are ASCII
-    while plain + 8 <= end and _plain_word(_word(data, plain)):
+    while plain + 8 <= end and _plain_word(load_word(data, plain)):
         plain += 8
     while plain < end and data[plain] < 128 and _ESCAPE[data[plain]] == 0:
         plain += 1
@@ -357,14 +334,7 @@ def write_rows(
                 at = cbase[col] + cpos[col]
                 cpos[col] += 16
                 out[pos] = 34
-                pos += 1
-                for i in range(16):
-                    if i == 4 or i == 6 or i == 8 or i == 10:
-                        out[pos] = 45
-                        pos += 1
-                    out[pos] = _HEX[a8[at + i] >> 4]
-                    out[pos + 1] = _HEX[a8[at + i] & 15]
-                    pos += 2
+                pos = put_uuid(out, pos + 1, a8, at)
                 out[pos] = 34
                 pos += 1
                 pc += 1

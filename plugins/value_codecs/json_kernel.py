@@ -17,10 +17,20 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from bergstream.plugins.value_codecs.arena_kernel import DONE, OVERFLOW, append_pads
+from bergstream.plugins.value_codecs.arena_kernel import (
+    DONE,
+    OVERFLOW,
+    append_offset,
+    append_pads,
+    append_string,
+    append_valid,
+    copy_lengths,
+    end_string,
+    null_row,
+    string_room,
+)
 from bergstream.plugins.value_codecs.json_numbers import read_double, read_long
 from bergstream.plugins.value_codecs.kernel_read import (
-    copy_bytes,
     high_bit_set,
     mark_duplicates,
     read_uuid,
@@ -236,16 +246,17 @@ def read_rows(
     ``a64`` seen as float64. Returns (status, row, column): :data:`DONE`, or :data:`OVERFLOW`
     with the row to resume at and the column that needs room (nothing of that row kept)."""
     rows = offsets.size - 1
-    ncols = clen.size
-    saved = np.empty(ncols, dtype=np.int64)
+    saved = np.empty(clen.size, dtype=np.int64)
     flags = np.empty(64, dtype=np.uint8)
     scratch = np.empty(64, dtype=np.uint8)
     cell = np.empty(1, dtype=np.float64)
     cell_bits = cell.view(np.int64)
+    no_symbols = np.zeros(1, dtype=np.int64)  # JSON pads have no enum symbols
+    no_data = np.empty(0, dtype=np.uint8)
     for row in range(start_row, rows):
         pos = offsets[row] + skip
         end = offsets[row + 1]
-        for c in range(ncols):
+        for c in range(clen.size):
             saved[c] = clen[c]
         over = -1
         sp = 0
@@ -274,8 +285,9 @@ def read_rows(
                     pc += 1
                 elif code[pc, 3] == 1:
                     over = append_pads(
-                        pads, code[pc, 4], code[pc, 5], a64, a32, a8, cbase, ccap, clen
-                    )
+                        pads, code[pc, 4], code[pc, 5], no_symbols, no_data,
+                        a64, a32, a8, cbase, ccap, clen,
+                    )  # fmt: skip
                     if over >= 0:
                         break
                     pc = code[pc, 6]
@@ -310,21 +322,18 @@ def read_rows(
                     break
                 col = code[pc, 1]
                 data = code[pc, 2]
-                filled = clen[data]
-                at = clen[col]
-                if filled + length > ccap[data]:
-                    over = data
-                    break
-                if at >= ccap[col]:
-                    over = col
-                    break
                 if escaped:
-                    _unescape(buf, pos + 1, after - 1, a8, cbase[data] + filled)
+                    over = string_room(ccap, clen, col, data, length)
+                    if over >= 0:
+                        break
+                    _unescape(buf, pos + 1, after - 1, a8, cbase[data] + clen[data])
+                    end_string(a64, cbase, clen, col, data, length)
                 else:
-                    copy_bytes(a8, cbase[data] + filled, buf, pos + 1, length)
-                clen[data] = filled + length
-                a64[cbase[col] + at] = filled + length
-                clen[col] = at + 1
+                    over = append_string(
+                        a64, a8, cbase, ccap, clen, col, data, buf, pos + 1, length
+                    )
+                    if over >= 0:
+                        break
                 pos = after
                 if op == OP_MAP_KEY:
                     if pos >= end or buf[pos] != 58:  # :
@@ -362,19 +371,16 @@ def read_rows(
                 if _is(buf, pos, end, 110, 117, 108, 108):  # null
                     pos += 4
                     over = append_pads(
-                        pads, code[pc, 2], code[pc, 3], a64, a32, a8, cbase, ccap, clen
-                    )
+                        pads, code[pc, 2], code[pc, 3], no_symbols, no_data,
+                        a64, a32, a8, cbase, ccap, clen,
+                    )  # fmt: skip
                     if over >= 0:
                         break
                     pc = code[pc, 4]
                 else:
-                    col = code[pc, 1]
-                    at = clen[col]
-                    if at >= ccap[col]:
-                        over = col
+                    over = append_valid(a8, cbase, ccap, clen, code[pc, 1])
+                    if over >= 0:
                         break
-                    a8[cbase[col] + at] = 1
-                    clen[col] = at + 1
                     pc += 1
             elif op == OP_OBJECT:
                 if pos >= end or buf[pos] != 123:  # {
@@ -435,13 +441,9 @@ def read_rows(
                 pos += 1
                 if pos < end and buf[pos] == closing:
                     pos += 1
-                    col = code[pc, 1]
-                    at = clen[col]
-                    if at >= ccap[col]:
-                        over = col
+                    over = append_offset(a64, cbase, ccap, clen, code[pc, 1], 0)
+                    if over >= 0:
                         break
-                    a64[cbase[col] + at] = a64[cbase[col] + at - 1]
-                    clen[col] = at + 1
                     pc = code[pc, 2]
                 else:
                     stack[sp, 0] = 0
@@ -462,13 +464,9 @@ def read_rows(
                 pos += 1
                 total = stack[top, 0]
                 sp = top
-                col = code[pc, 2]
-                at = clen[col]
-                if at >= ccap[col]:
-                    over = col
+                over = append_offset(a64, cbase, ccap, clen, code[pc, 2], total)
+                if over >= 0:
                     break
-                a64[cbase[col] + at] = a64[cbase[col] + at - 1] + total
-                clen[col] = at + 1
                 if op == OP_MAP_NEXT and total > 1:
                     keys = code[pc, 3]
                     last = clen[keys] - 1
@@ -483,15 +481,15 @@ def read_rows(
             elif op == OP_END:
                 break
         if over >= 0:
-            for c in range(ncols):
-                clen[c] = saved[c]
+            copy_lengths(saved, clen)
             return OVERFLOW, row, over
         if over == -1 and pos == end:
             fallback[row] = 0
             continue
-        for c in range(ncols):
-            clen[c] = saved[c]
-        over = append_pads(pads, root_pad_first, root_pad_count, a64, a32, a8, cbase, ccap, clen)
+        over = null_row(
+            saved, pads, root_pad_first, root_pad_count, no_symbols, no_data,
+            a64, a32, a8, cbase, ccap, clen,
+        )  # fmt: skip
         if over >= 0:
             return OVERFLOW, row, over
         fallback[row] = 1

@@ -3,9 +3,11 @@ little-endian numbers, UTF-8 validation, big-endian 128-bit decimals, UUID strin
 map keys, and copying byte runs (one ``memcpy``, an ASCII check a word at a time: a loop over
 single bytes takes most of the kernel's time on string-heavy values).
 
-These functions are inlined into :func:`.decode_kernel.decode_rows`, whose on-disk numba cache
-is keyed on its own file only: after changing this module, also touch ``decode_kernel.py`` (or
-remove its ``__pycache__`` entries) so the kernel is recompiled."""
+These functions are inlined into :func:`.decode_kernel.decode_rows` and the other kernels
+(``json_kernel.py``, ``protobuf_kernel.py``, ``arena_kernel.py``, ``encode_kernel.py``,
+``json_encode_kernel.py``, ``protobuf_encode_kernel.py``), whose on-disk numba caches are keyed
+on their own files only: after changing this module, also touch those files (or remove their
+``__pycache__`` entries) so the kernels are recompiled."""
 
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ from bergstream.plugins.value_codecs.avro_ops import ERR_TRUNCATED, ERR_VARINT
 
 __all__ = [
     "copy_bytes",
+    "equal_bytes",
     "high_bit_set",
+    "load_word",
     "mark_duplicates",
     "read_be128",
     "read_le",
@@ -88,7 +92,7 @@ def copy_bytes(
 
 
 @intrinsic
-def _load_word(
+def load_word(
     typingctx: object, src: types.Type, at: types.Type
 ) -> tuple[Signature, Callable[..., object]]:
     """The 8 bytes of a contiguous uint8 array at ``at`` as one (unaligned, native-endian)
@@ -117,10 +121,10 @@ def high_bit_set(buf: np.ndarray, pos: int, length: int) -> bool:
         for i in range(length):
             tail |= buf[pos + i]
         return tail >= 0x80
-    words = _load_word(buf, pos + length - 8)  # the last 8 bytes (overlapping the loop's)
+    words = load_word(buf, pos + length - 8)  # the last 8 bytes (overlapping the loop's)
     i = 0
     while i + 8 <= length:
-        words |= _load_word(buf, pos + i)
+        words |= load_word(buf, pos + i)
         i += 8
     return (words & _HIGH_BITS) != 0
 
@@ -254,6 +258,16 @@ def read_uuid(buf: np.ndarray, pos: int, length: int, out: np.ndarray, at: int) 
     return odd
 
 
+# Not inlined by numba, and no reference counting: see :mod:`.arena_kernel`.
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def equal_bytes(a: np.ndarray, a_at: int, b: np.ndarray, b_at: int, length: int) -> bool:
+    """Whether ``a[a_at : a_at + length]`` and ``b[b_at : b_at + length]`` are the same bytes."""
+    i = 0
+    while i < length and a[a_at + i] == b[b_at + i]:
+        i += 1
+    return i == length
+
+
 @numba.njit(cache=True, nogil=True)
 def mark_duplicates(
     a64: np.ndarray, a8: np.ndarray, cbase: np.ndarray, offsets_col: int, data_col: int,
@@ -284,12 +298,8 @@ def mark_duplicates(
         ek = a64[obase + first + k + 1]
         if ej - sj != ek - sk:
             continue
-        same = True
-        for p in range(ej - sj):
-            if a8[dbase + sj + p] != a8[dbase + sk + p]:
-                same = False
-                break
-        if same:  # mergesort keeps equal hashes in entry order: j comes before k
+        # mergesort keeps equal hashes in entry order: j comes before k
+        if equal_bytes(a8, dbase + sj, a8, dbase + sk, ej - sj):
             flags[j] = 1
             found = True
     return found

@@ -16,8 +16,8 @@ that is neither a name nor a canonical int32 (or names no value of a closed enum
 ``uint32`` / ``fixed32`` out of range, a ``uint64`` / ``fixed64`` decimal out of range, a
 string that is not UTF-8. upb then gives exactly what it gave before (or raises the same way).
 
-The kernel's numba cache is keyed on this file only: after changing :mod:`.kernel_read`, touch
-this file so it is recompiled.
+The kernel's numba cache is keyed on this file only: after changing :mod:`.kernel_read` or
+:mod:`.kernel_write`, touch this file so it is recompiled.
 """
 
 from __future__ import annotations
@@ -25,7 +25,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from bergstream.plugins.value_codecs.kernel_read import copy_bytes, high_bit_set, utf8_ok
+from bergstream.plugins.value_codecs.kernel_read import (
+    copy_bytes,
+    equal_bytes,
+    high_bit_set,
+    utf8_ok,
+)
+from bergstream.plugins.value_codecs.kernel_write import grow, put_le, put_varint, put_zigzag
 
 __all__ = [
     "C_BOOL",
@@ -88,26 +94,6 @@ _MICROS = 1_000_000
 _ROOM = 64  # bytes an op writes at most, besides the bytes of a string
 
 
-@numba.njit(cache=True, nogil=True)
-def _grow(out: np.ndarray, used: int, need: int) -> np.ndarray:
-    """``out`` with room for ``need`` bytes (its first ``used`` bytes kept)."""
-    bigger = np.empty(max(2 * out.size, need), dtype=np.uint8)
-    bigger[:used] = out[:used]
-    return bigger
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _put_varint(out: np.ndarray, pos: int, value: int) -> int:
-    """Write the unsigned varint of ``value``'s 64 bits at ``pos`` (room checked by the
-    caller): 10 bytes for a negative value."""
-    while value & ~np.int64(0x7F) != 0:
-        out[pos] = (value & 0x7F) | 0x80
-        value = (value >> 7) & 0x01FFFFFFFFFFFFFF
-        pos += 1
-    out[pos] = value
-    return pos + 1
-
-
 @numba.njit(cache=True, nogil=True, inline="always")
 def _varint_size(value: int) -> int:
     """Bytes of the varint of a non-negative ``value``."""
@@ -116,13 +102,6 @@ def _varint_size(value: int) -> int:
         value >>= 7
         size += 1
     return size
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _put_le(out: np.ndarray, pos: int, value: int, size: int) -> int:
-    for i in range(size):
-        out[pos + i] = (value >> (8 * i)) & 0xFF
-    return pos + size
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -137,7 +116,7 @@ def _close(out: np.ndarray, pos: int, mark: int) -> int:
     extra = _varint_size(length) - 1
     for i in range(pos - 1, mark, -1):
         out[i + extra] = out[i]
-    _put_varint(out, mark, length)
+    put_varint(out, mark, length)
     return pos + extra
 
 
@@ -151,14 +130,7 @@ def _enum_number(
     count = etab[at]
     for k in range(at + 2, at + 2 + 3 * count, 3):
         s = etab[k + 1]
-        if etab[k + 2] - s != length:
-            continue
-        same = True
-        for i in range(length):
-            if name_data[s + i] != a8[start + i]:
-                same = False
-                break
-        if same:
+        if etab[k + 2] - s == length and equal_bytes(name_data, s, a8, start, length):
             return etab[k], True
     # Canonical decimal digits: -?(0|[1-9][0-9]*), within int32.
     i = 0
@@ -211,7 +183,7 @@ def encode_rows(
         ok = True
         while ok:
             if pos + _ROOM > out.size:
-                out = _grow(out, pos, pos + _ROOM)
+                out = grow(out, pos, pos + _ROOM)
             op = code[pc, 0]
             if op == OP_SCALAR:
                 valid = code[pc, 5]
@@ -257,29 +229,29 @@ def encode_rows(
                 if implicit == 1 and value == 0:
                     continue
                 if tag >= 0:
-                    pos = _put_varint(out, pos, tag)
+                    pos = put_varint(out, pos, tag)
                 if conv in (C_STRING, C_BYTES):
                     if pos + _ROOM + value > out.size:
-                        out = _grow(out, pos, pos + _ROOM + value)
-                    pos = _put_varint(out, pos, value)
+                        out = grow(out, pos, pos + _ROOM + value)
+                    pos = put_varint(out, pos, value)
                     copy_bytes(out, pos, a8, start, value)
                     pos += value
                 elif conv in (C_FIXED32, C_SFIXED32, C_FLOAT):
-                    pos = _put_le(out, pos, value, 4)
+                    pos = put_le(out, pos, value, 4)
                 elif conv in (C_FIXED64, C_SFIXED64, C_DOUBLE):
-                    pos = _put_le(out, pos, value, 8)
+                    pos = put_le(out, pos, value, 8)
                 elif conv == C_SINT32:
-                    pos = _put_varint(out, pos, ((value << 1) ^ (value >> 31)) & 0xFFFFFFFF)
+                    pos = put_varint(out, pos, ((value << 1) ^ (value >> 31)) & 0xFFFFFFFF)
                 elif conv == C_SINT64:
-                    pos = _put_varint(out, pos, (value << 1) ^ (value >> 63))
+                    pos = put_zigzag(out, pos, value)
                 else:
-                    pos = _put_varint(out, pos, value)
+                    pos = put_varint(out, pos, value)
             elif op == OP_MSG:
                 valid = code[pc, 2]
                 if valid >= 0 and a8[cbase[valid] + idx] == 0:
                     pc = code[pc, 3]
                     continue
-                pos = _put_varint(out, pos, code[pc, 1])
+                pos = put_varint(out, pos, code[pc, 1])
                 stack[sp, 0] = pos
                 sp += 1
                 if code[pc, 4] == 0:
@@ -290,7 +262,7 @@ def encode_rows(
                 if code[pc, 1] == 0:
                     pos = _close(out, pos, stack[sp, 0])
                 else:
-                    pos = _put_varint(out, pos, code[pc, 1])
+                    pos = put_varint(out, pos, code[pc, 1])
                 pc += 1
             elif op == OP_TIME:
                 valid = code[pc, 3]
@@ -304,15 +276,15 @@ def encode_rows(
                     seconds += 1  # a Duration's parts have the sign of the whole
                     rest -= _MICROS
                 nanos = rest * 1000
-                pos = _put_varint(out, pos, code[pc, 1])
+                pos = put_varint(out, pos, code[pc, 1])
                 mark = pos
                 pos += 1
                 if seconds != 0:
                     out[pos] = 0x08
-                    pos = _put_varint(out, pos + 1, seconds)
+                    pos = put_varint(out, pos + 1, seconds)
                 if nanos != 0:
                     out[pos] = 0x10
-                    pos = _put_varint(out, pos + 1, nanos)
+                    pos = put_varint(out, pos + 1, nanos)
                 out[mark] = pos - mark - 1  # at most 22 bytes
                 pc += 1
             elif op == OP_EMPTY:
@@ -324,12 +296,12 @@ def encode_rows(
                     if a8[cbase[code[pc, 2]] + idx] == 0:
                         pc += 1
                         continue
-                pos = _put_varint(out, pos, code[pc, 1])
+                pos = put_varint(out, pos, code[pc, 1])
                 if code[pc, 4] == 0:
                     out[pos] = 0
                     pos += 1
                 else:
-                    pos = _put_varint(out, pos, code[pc, 4])
+                    pos = put_varint(out, pos, code[pc, 4])
                 pc += 1
             elif op in (OP_LOOP, OP_PACKED):
                 at = cbase[code[pc, 1]] + idx
@@ -342,7 +314,7 @@ def encode_rows(
                     ok = False
                     break
                 if op == OP_PACKED:
-                    pos = _put_varint(out, pos, code[pc, 4])
+                    pos = put_varint(out, pos, code[pc, 4])
                     stack[sp, 2] = pos
                     pos += 1  # the length's placeholder
                 stack[sp, 0] = idx

@@ -12,8 +12,8 @@ only upb can say whether it holds), timestamps and durations are exact microseco
 range. Every other row is marked for the upb path (its columns rolled back and filled as a null
 row), which gives its value, ``keep_bytes`` and error exactly as before.
 
-The kernel's numba cache is keyed on this file only: after changing :mod:`.kernel_read`, touch
-this file so it is recompiled.
+The kernel's numba cache is keyed on this file only: after changing :mod:`.kernel_read` or
+:mod:`.arena_kernel`, touch this file so it is recompiled.
 """
 
 from __future__ import annotations
@@ -22,8 +22,21 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from bergstream.plugins.value_codecs import arena_kernel, avro_ops
 from bergstream.plugins.value_codecs.arena_columns import ArenaColumns, Arenas, payload_buffers
-from bergstream.plugins.value_codecs.arena_kernel import DONE, OVERFLOW
+from bergstream.plugins.value_codecs.arena_kernel import (
+    DONE,
+    OVERFLOW,
+    append_long,
+    append_offset,
+    append_pads,
+    append_string,
+    append_valid,
+    copy_lengths,
+    end_string,
+    null_row,
+    string_room,
+)
 from bergstream.plugins.value_codecs.kernel_read import copy_bytes, high_bit_set, read_le, utf8_ok
 from bergstream.plugins.value_codecs.protobuf_program import (
     OP_AGAIN,
@@ -69,6 +82,13 @@ _NANOS = 1_000_000_000
 _MAX_SECONDS = (2**63 - 1) // 1_000_000 - 1
 _FAIL = -1  # a position: the row is not provably canonical
 
+# append_pads reads the pad kinds of avro_ops and its own PAD_SYM: protobuf_program numbers its
+# pad kinds alike.
+if (PAD_Z64, PAD_Z32, PAD_Z8, PAD_OFF, PAD_SYM) != (
+    avro_ops.PAD_Z64, avro_ops.PAD_Z32, avro_ops.PAD_Z8, avro_ops.PAD_OFF, arena_kernel.PAD_SYM
+):  # fmt: skip
+    raise ImportError("protobuf_program's pad kinds differ from avro_ops' and arena_kernel's")
+
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _varint(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
@@ -109,49 +129,6 @@ def _match(buf: np.ndarray, pos: int, end: int, tag: int) -> int:
     return after if after >= 0 and value == tag else -1
 
 
-@numba.njit(cache=True, nogil=True)
-def _pad(
-    pads: np.ndarray, first: int, count: int, symbol_offsets: np.ndarray,
-    symbol_data: np.ndarray, a64: np.ndarray, a32: np.ndarray, a8: np.ndarray,
-    cbase: np.ndarray, ccap: np.ndarray, clen: np.ndarray,
-) -> int:  # fmt: skip
-    """Append the slots of absent values; -1, or the column that ran out of room."""
-    for i in range(first, first + count):
-        kind = pads[i, 0]
-        col = pads[i, 1]
-        at = clen[col]
-        if kind == PAD_SYM:
-            data = pads[i, 2]
-            start = symbol_offsets[pads[i, 3]]
-            length = symbol_offsets[pads[i, 3] + 1] - start
-            filled = clen[data]
-            if filled + length > ccap[data]:
-                return data
-            if at >= ccap[col]:
-                return col
-            copy_bytes(a8, cbase[data] + filled, symbol_data, start, length)
-            clen[data] = filled + length
-            a64[cbase[col] + at] = filled + length
-            clen[col] = at + 1
-            continue
-        slots = pads[i, 2]
-        if at + slots > ccap[col]:
-            return col
-        where = cbase[col] + at
-        if kind == PAD_OFF:
-            a64[where] = a64[where - 1]
-        elif kind == PAD_Z64:
-            for s in range(slots):
-                a64[where + s] = 0
-        elif kind == PAD_Z32:
-            a32[where] = 0
-        elif kind == PAD_Z8:
-            for s in range(slots):
-                a8[where + s] = 0
-        clen[col] = at + slots
-    return -1
-
-
 @numba.njit(cache=True, nogil=True, inline="always")
 def _value(
     conv: int, buf: np.ndarray, pos: int, end: int, implicit: int, col: int, data: int,
@@ -166,11 +143,9 @@ def _value(
         length, pos = _varint(buf, pos, end)
         if pos < 0 or length > end - pos or (implicit == 1 and length == 0):
             return _FAIL, -1
-        filled = clen[data]
-        if filled + length > ccap[data]:
-            return pos, data
-        if at >= ccap[col]:
-            return pos, col
+        over = string_room(ccap, clen, col, data, length)
+        if over >= 0:
+            return pos, over
         # Only strings with a byte above 0x7F need the full UTF-8 check.
         if (
             conv == V_STRING
@@ -178,10 +153,8 @@ def _value(
             and not utf8_ok(buf, pos, pos + length)
         ):
             return _FAIL, -1
-        copy_bytes(a8, cbase[data] + filled, buf, pos, length)
-        clen[data] = filled + length
-        a64[cbase[col] + at] = filled + length
-        clen[col] = at + 1
+        copy_bytes(a8, cbase[data] + clen[data], buf, pos, length)
+        end_string(a64, cbase, clen, col, data, length)
         return pos + length, -1
     if conv in (V_FIXED32, V_SFIXED32, V_FLOAT):
         if pos + 4 > end:
@@ -279,15 +252,7 @@ def _value(
             return _FAIL, -1
         start = symbol_offsets[symbol]
         length = symbol_offsets[symbol + 1] - start
-        filled = clen[data]
-        if filled + length > ccap[data]:
-            return pos, data
-        if at >= ccap[col]:
-            return pos, col
-        copy_bytes(a8, cbase[data] + filled, symbol_data, start, length)
-        clen[data] = filled + length
-        a64[cbase[col] + at] = filled + length
-        clen[col] = at + 1
+        return pos, append_string(a64, a8, cbase, ccap, clen, col, data, symbol_data, start, length)
     return pos, -1
 
 
@@ -306,12 +271,11 @@ def decode_rows(
     column): :data:`DONE`, or :data:`OVERFLOW` with the row to resume at and the column that
     needs room (nothing of that row is kept)."""
     rows = offsets.size - 1
-    ncols = clen.size
-    saved = np.empty(ncols, dtype=np.int64)
+    saved = np.empty(clen.size, dtype=np.int64)
     for row in range(start_row, rows):
         pos = offsets[row] + skip
         end = offsets[row + 1]
-        for c in range(ncols):
+        for c in range(clen.size):
             saved[c] = clen[c]
         over = -1
         ok = pos < end and buf[pos] == 0  # the index list [0], short form
@@ -331,7 +295,7 @@ def decode_rows(
                 elif code[pc, 3] == 1:
                     ok = False
                 else:
-                    over = _pad(
+                    over = append_pads(
                         pads, code[pc, 4], code[pc, 5], symbol_offsets, symbol_data,
                         a64, a32, a8, cbase, ccap, clen,
                     )  # fmt: skip
@@ -350,13 +314,9 @@ def decode_rows(
                     ok = False
                 pc += 1
             elif op == OP_VALID:
-                col = code[pc, 1]
-                at = clen[col]
-                if at >= ccap[col]:
-                    over = col
+                over = append_valid(a8, cbase, ccap, clen, code[pc, 1])
+                if over >= 0:
                     break
-                a8[cbase[col] + at] = 1
-                clen[col] = at + 1
                 pc += 1
             elif op == OP_BEGIN:
                 length, pos = _varint(buf, pos, end)
@@ -385,13 +345,9 @@ def decode_rows(
                     pc = code[pc, 2]
                     continue
                 sp -= 1
-                col = code[pc, 3]
-                at = clen[col]
-                if at >= ccap[col]:
-                    over = col
+                over = append_offset(a64, cbase, ccap, clen, code[pc, 3], stack[sp])
+                if over >= 0:
                     break
-                a64[cbase[col] + at] = a64[cbase[col] + at - 1] + stack[sp]
-                clen[col] = at + 1
                 pc += 1
             elif op == OP_PACKED:
                 length, pos = _varint(buf, pos, end)
@@ -414,13 +370,9 @@ def decode_rows(
                 if pos != chunk:
                     ok = False
                     break
-                col = code[pc, 2]
-                at = clen[col]
-                if at >= ccap[col]:
-                    over = col
+                over = append_offset(a64, cbase, ccap, clen, code[pc, 2], count)
+                if over >= 0:
                     break
-                a64[cbase[col] + at] = a64[cbase[col] + at - 1] + count
-                clen[col] = at + 1
                 pc += 1
             elif op == OP_TIME:
                 length, pos = _varint(buf, pos, end)
@@ -456,26 +408,20 @@ def decode_rows(
                 elif nanos < 0 or nanos >= _NANOS:
                     ok = False
                     break
-                col = code[pc, 1]
-                at = clen[col]
-                if at >= ccap[col]:
-                    over = col
+                over = append_long(
+                    a64, cbase, ccap, clen, code[pc, 1], seconds * 1_000_000 + nanos // 1000
+                )
+                if over >= 0:
                     break
-                a64[cbase[col] + at] = seconds * 1_000_000 + nanos // 1000
-                clen[col] = at + 1
                 pc += 1
             elif op == OP_EMPTY:
                 if pos >= end or buf[pos] != 0:
                     ok = False
                     break
                 pos += 1
-                col = code[pc, 1]
-                at = clen[col]
-                if at >= ccap[col]:
-                    over = col
+                over = append_valid(a8, cbase, ccap, clen, code[pc, 1])
+                if over >= 0:
                     break
-                a8[cbase[col] + at] = 1
-                clen[col] = at + 1
                 pc += 1
             elif op == OP_ONEOF:
                 present = 0
@@ -491,16 +437,13 @@ def decode_rows(
                     ok = False
                 break
         if over >= 0:
-            for c in range(ncols):
-                clen[c] = saved[c]
+            copy_lengths(saved, clen)
             return OVERFLOW, row, over
         if ok:
             slow[row] = 0
             continue
-        for c in range(ncols):
-            clen[c] = saved[c]
-        over = _pad(
-            pads, root_pad_first, root_pad_count, symbol_offsets, symbol_data,
+        over = null_row(
+            saved, pads, root_pad_first, root_pad_count, symbol_offsets, symbol_data,
             a64, a32, a8, cbase, ccap, clen,
         )  # fmt: skip
         if over >= 0:
