@@ -260,7 +260,7 @@ class TypedBatches:
             target = self._target(layout, base)
             assert target is not None
             self._write_files(
-                rows, layout, shipped, causes, target, summary, adopting, sampled[1], base
+                rows, layout, shipped, causes, target, summary, base, sampled[1], evolve=True
             )
             return Counter(causes.value)
         self._evolve(base, layout, shipped)
@@ -268,7 +268,9 @@ class TypedBatches:
         if target is None:
             append(self._frame(rows, layout, shipped, causes))
         else:
-            self._write_files(rows, layout, shipped, causes, target, summary, adopting)
+            self._write_files(
+                rows, layout, shipped, causes, target, summary, base if adopting else None
+            )
         return Counter(causes.value)
 
     # ------------------------------------------------------------------ driver steps
@@ -396,9 +398,16 @@ class TypedBatches:
                     pending.extend(source.subject_schemas(reference.subject))
         source.shipped.absent = frozenset(absent)
 
-    def _evolve(self, base: TableSchema, layout: TypedLayout, shipped: ShippedSchemas) -> None:
-        """Commit the layout's schema and the schema properties the table lacks."""
-        properties = layout.schema_properties()
+    def _evolve(
+        self,
+        base: TableSchema,
+        layout: TypedLayout,
+        shipped: ShippedSchemas,
+        more: Mapping[str, str] | None = None,
+    ) -> None:
+        """Commit the layout's schema and the schema properties the table lacks (``more``
+        too)."""
+        properties = {**layout.schema_properties(), **(more or {})}
         for schema_id, schema in self._extra.items():
             properties.setdefault(f"{SCHEMA_PROPERTY_PREFIX}{schema_id}", schema_property(schema))
         for schema in _referenced(layout, self._extra.values(), shipped):
@@ -435,17 +444,23 @@ class TypedBatches:
         causes: object,
         target: FileTarget,
         summary: Mapping[str, str],
-        adopting: bool,
+        adopting: TableSchema | None,
         within: Mapping[str, Mapping[str, object]] | None = None,
-        unevolved: TableSchema | None = None,
+        *,
+        evolve: bool = False,
     ) -> None:
         """Workers decode and write data files; the driver commits the declarations of the
-        shapes they adopted (``adopting``; ``within``: see ``TypedRows``), then the files, all
-        in one append. ``unevolved``: the table's schema before ``layout``, which the driver
-        commits (:meth:`_evolve`) only once the files are written."""
-        shapes = self.table.spark.sparkContext.accumulator({}, ShapesParam()) if adopting else None
+        shapes they adopted (``adopting``: the table's schema the attempt began with, whose
+        properties hold the shapes stored already; ``within``: see ``TypedRows``), then the
+        files, all in one append. ``evolve``: ``layout`` is committed (:meth:`_evolve`) only
+        once the files are written, with those declarations."""
+        shapes = (
+            self.table.spark.sparkContext.accumulator({}, ShapesParam())
+            if adopting is not None
+            else None
+        )
         typed_rows = TypedRows(
-            layout, self.typing.codecs, shipped, adopt_shapes=adopting, within=within
+            layout, self.typing.codecs, shipped, adopt_shapes=shapes is not None, within=within
         )
         job = DecodeJob(
             rows=typed_rows,
@@ -459,14 +474,17 @@ class TypedBatches:
         written = rows.mapInArrow(
             functools.partial(write_files, job, target), WRITTEN_FILES_SCHEMA
         ).collect()
-        if unevolved is not None:
-            self._evolve(unevolved, layout, shipped)
-        if shapes is not None and shapes.value:
-            properties = {
-                f"{SCHEMA_PROPERTY_PREFIX}{schema_id}": schema_property(schema)
-                for schema_id, schema in sorted(shapes.value.items())
-            }
-            self.table.commit_schema(layout.schema, layout.last_column_id, properties)
+        new: dict[str, str] = {}
+        if adopting is not None and shapes is not None:
+            for schema_id, schema in sorted(shapes.value.items()):
+                name, text = f"{SCHEMA_PROPERTY_PREFIX}{schema_id}", schema_property(schema)
+                if adopting.properties.get(name) != text:  # a later batch mostly stores none
+                    new[name] = text
+        if evolve:
+            assert adopting is not None
+            self._evolve(adopting, layout, shipped, new)
+        elif new:
+            self.table.commit_schema(layout.schema, layout.last_column_id, new)
         files = [
             WrittenFile(r["path"], r["kafka_partition"], r["time_bucket"], r["size"])
             for r in written
