@@ -10,8 +10,9 @@ Starts its own Kafka and Schema Registry (the local stack, under a temporary hom
 - **raw**: no ``codecs:`` rule, one ``kafka_value`` column (today's pipeline);
 - **typed** (named by the format): a rule decoding values by the registry (``--format json``:
   unframed plain JSON read by the ``json`` codec, columns inferred; typed columns,
-  decoded by core's TypedRows in Spark's Python workers through ``mapInArrow``, which write the
-  Parquet data files themselves; the driver commits them with the boundary).
+  decoded by core's TypedRows in Spark's Python workers through ``mapInArrow``, which read the
+  batch's offsets from Kafka themselves (librdkafka, one task per core) and write the Parquet
+  data files themselves; the driver commits them with the boundary).
 
 The record: for avro, an Avro record here (strings, longs, doubles, a timestamp-millis, a
 decimal); for json-schema and protobuf, the record of ``format_records`` (strings, longs,

@@ -36,8 +36,10 @@ from bergstream.core.api import (
     merge_boundaries,
     report_undecodable,
 )
+from bergstream.pipeline.batch_rows import BatchRows, batch_ranges
 from bergstream.pipeline.checkpoint import batch_end_offsets, checkpoint_path, topic_lock
 from bergstream.pipeline.kafka import TopicOffsets, topic_offsets
+from bergstream.pipeline.kafka_fetch import FetchSettings
 from bergstream.pipeline.session import PipelineSetupError
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.tables import LakeTable, open_table
@@ -138,6 +140,18 @@ def _source(
     )
 
 
+def worker_fetch_settings(lake: PipelineLake, topic: str) -> FetchSettings | None:
+    """How typed batches' workers read ``topic`` themselves; None while the pipeline has Kafka
+    client settings (``kafka_options``, Java client names) librdkafka would not take as they
+    are: those batches are read through Spark's source."""
+    settings = lake.pipeline
+    if settings.kafka_options:
+        return None
+    return FetchSettings(
+        {"bootstrap.servers": lake.config.kafka_bootstrap}, topic, settings.fail_on_data_loss
+    )
+
+
 def _offsets_text(boundary: Boundary, limit: int = 8) -> str:
     items = [f"{p}:{o}" for p, o in sorted(boundary.items())]
     if len(items) > limit:
@@ -156,12 +170,14 @@ class BatchWriter:
         result: RunResult,
         report: Report,
         typed: TypedBatches | None = None,
+        fetch: FetchSettings | None = None,
     ):
         self.table = table
         self.checkpoint = checkpoint
         self.result = result
         self.report = report
         self.typed = typed
+        self.fetch = fetch
         self.started = time.monotonic()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -178,8 +194,9 @@ class BatchWriter:
         if self.typed is None:
             self._append(self._with_table_columns(rows), text)
         else:
+            batch_rows = BatchRows(rows, self.fetch, tuple(batch_ranges(old, end)))
             causes = self.typed.write(
-                rows, lambda frame: self._append(frame, text), {BOUNDARY_PROPERTY: text}
+                batch_rows, lambda frame: self._append(frame, text), {BOUNDARY_PROPERTY: text}
             )
             report_undecodable("pipeline", self.table.topic, causes)
             undecodable = sum(causes.values())
@@ -315,7 +332,9 @@ def run_pipeline(
                 stop=stop,
                 registry_wait_seconds=registry_wait_seconds,
             )
-        writer = BatchWriter(table, checkpoint, result, report, typed)
+        writer = BatchWriter(
+            table, checkpoint, result, report, typed, worker_fetch_settings(lake, topic)
+        )
         stream = (
             _source(spark, lake, topic, start)
             .writeStream.queryName(f"bergstream-{lake.namespace}-{topic}")

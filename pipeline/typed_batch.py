@@ -8,7 +8,8 @@ Per batch:
 2. when the layout added columns or schemas, one metadata commit sets the table's schema with
    the layout's own field ids and the ``bergstream.schema.<id>`` properties (before any row that
    needs them is written);
-3. the rows are decoded in the workers, which write them as Parquet data files themselves; the
+3. the rows are decoded in the workers (which read them from Kafka themselves when they can:
+   :mod:`~bergstream.pipeline.batch_rows`), which write them as Parquet data files themselves; the
    driver commits those files in one append that carries the boundary
    (:mod:`~bergstream.pipeline.typed_files`). A table whose spec, location or codec the
    workers cannot write (see there) gets the decoded rows back in Spark
@@ -55,6 +56,7 @@ from bergstream.core.api import (
     build_layout_of_shapes,
     schema_property,
 )
+from bergstream.pipeline.batch_rows import BatchRows
 from bergstream.pipeline.tables import LakeTable, TableSchema, s3_filesystem_options
 from bergstream.pipeline.typed import (
     SchemasNeeded,
@@ -177,7 +179,7 @@ class TypedBatches:
     # ------------------------------------------------------------------ one batch
 
     def write(
-        self, rows: DataFrame, append: Append, summary: Mapping[str, str]
+        self, rows: BatchRows, append: Append, summary: Mapping[str, str]
     ) -> Counter[tuple[str, str]]:
         """Decode ``rows`` (row-contract columns) and commit them in one append whose snapshot
         summary has ``summary``: written by the workers themselves when the table allows it
@@ -235,7 +237,7 @@ class TypedBatches:
         self.stop.wait(seconds)
 
     def _attempt(
-        self, rows: DataFrame, append: Append, summary: Mapping[str, str], needs: SchemasNeeded
+        self, rows: BatchRows, append: Append, summary: Mapping[str, str], needs: SchemasNeeded
     ) -> Counter[tuple[str, str]]:
         shipped = ShippedSchemas()
         source = _DriverSchemas(self.typing, shipped)
@@ -251,7 +253,7 @@ class TypedBatches:
             else:
                 layout = build_layout(base.schema, base.last_column_id, self.typing.codecs, source)
         if not layout.typed:
-            append(rows)  # no version of the subject yet: raw rows, as for an untyped topic
+            append(rows.frame)  # no version of the subject yet: raw rows, as for an untyped topic
             return Counter()
         self._read_needed(needs, source)
         spark = self.table.spark
@@ -292,7 +294,7 @@ class TypedBatches:
         return layout
 
     def _layout_of_sample(
-        self, rows: DataFrame, base: TableSchema, source: _DriverSchemas, needs: SchemasNeeded
+        self, rows: BatchRows, base: TableSchema, source: _DriverSchemas, needs: SchemasNeeded
     ) -> tuple[TypedLayout, dict[str, Mapping[str, object]]] | None:
         """The layout of a table's first batch of plain values, folded from its first
         :data:`SAMPLE_ROWS` rows, and what those rows' columns are made of (per side, for the
@@ -302,7 +304,7 @@ class TypedBatches:
         by_column = self._shape_codecs()
         if not by_column or needs.fold_shapes:
             return None
-        picked = rows.select(*by_column).limit(SAMPLE_ROWS).collect()
+        picked = rows.frame.select(*by_column).limit(SAMPLE_ROWS).collect()
 
         def values(column: str) -> pa.Array | None:
             if column not in by_column:
@@ -344,15 +346,15 @@ class TypedBatches:
         )
 
     def _layout_of_shapes(
-        self, rows: DataFrame, base: TableSchema, source: _DriverSchemas
+        self, rows: BatchRows, base: TableSchema, source: _DriverSchemas
     ) -> TypedLayout:
         """The layout of a batch of plain values: one pass over the batch picks the values that
         make its shapes (a few per shape), the driver folds them (the values a shape codec
         reads; see :func:`~bergstream.core.api.build_layout_of_shapes`)."""
         codecs = self.typing.codecs
         by_column = self._shape_codecs()
-        picked = rows.select(*by_column).mapInArrow(
-            functools.partial(telling_values, by_column), TELLING_SCHEMA
+        picked = rows.map_in_arrow(
+            functools.partial(telling_values, by_column), TELLING_SCHEMA, tuple(by_column)
         )
         telling: dict[str, list[bytes]] = {column: [] for column in by_column}
         for row in picked.collect():
@@ -438,7 +440,7 @@ class TypedBatches:
 
     def _write_files(
         self,
-        rows: DataFrame,
+        rows: BatchRows,
         layout: TypedLayout,
         shipped: ShippedSchemas,
         causes: object,
@@ -471,7 +473,8 @@ class TypedBatches:
             causes=causes,
             shapes=shapes,
         )
-        written = rows.mapInArrow(
+
+        written = rows.map_in_arrow(
             functools.partial(write_files, job, target), WRITTEN_FILES_SCHEMA
         ).collect()
         new: dict[str, str] = {}
@@ -502,7 +505,7 @@ class TypedBatches:
         return tuple(column for column in framed if column not in plain)
 
     def _frame(
-        self, rows: DataFrame, layout: TypedLayout, shipped: ShippedSchemas, causes: object
+        self, rows: BatchRows, layout: TypedLayout, shipped: ShippedSchemas, causes: object
     ) -> DataFrame:
         target = self.table.spark.table(self.table.name).schema
         names = tuple(target.fieldNames())
@@ -525,4 +528,4 @@ class TypedBatches:
             framed=self._framed(layout),
             causes=causes,
         )
-        return rows.mapInArrow(functools.partial(decode_batches, job), target)
+        return rows.map_in_arrow(functools.partial(decode_batches, job), target)

@@ -234,6 +234,8 @@ class _Files:
     def write(self, rows: pa.Table) -> None:
         """Add ``rows`` (the table's schema) to the files of their partitions."""
         partitions = rows.column("kafka_partition").to_numpy(zero_copy_only=False)
+        if partitions.size and (partitions == partitions[0]).all():
+            self._finish_other_partitions(int(partitions[0]))
         micros = rows.column("kafka_timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False)
         buckets = np.floor_divide(micros, _US_PER_UNIT[self.target.time_unit])
         keys = partitions.astype(np.int64) * (1 << 32) + buckets
@@ -259,6 +261,14 @@ class _Files:
             )
             current = self.open[key] = _OpenFile(self.storage, target, path, key)
         return current
+
+    def _finish_other_partitions(self, partition: int) -> None:
+        """Close the files of every partition but ``partition``: a task that reads its ranges
+        itself reads them one after the other, so it is done with a partition once rows of
+        another come (a later piece of it gets files of its own); this keeps one partition's
+        rows in memory, not all of the task's."""
+        for key in [key for key in self.open if key[0] != partition]:
+            self.done.append(self.open.pop(key).close())
 
     def close(self) -> list[WrittenFile]:
         """Finish every file; what was written."""

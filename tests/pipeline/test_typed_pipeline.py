@@ -32,7 +32,7 @@ from bergstream.core.api import (
 from bergstream.core.config import load_config
 from bergstream.devstack.stack.ports import free_ports
 from bergstream.pipeline.settings import PipelineLake, pipeline_lake
-from bergstream.pipeline.stream import PipelineError, run_pipeline
+from bergstream.pipeline.stream import PipelineError, run_pipeline, worker_fetch_settings
 from tests.ksi.avro_kit import KEY_SCHEMA, PAYMENT_V1, canonical, framed, key_bytes, payment
 from tests.ksi.avro_kit import payment_v2 as make_payment_v2
 from tests.pipeline.lake_testkit import Produced, produce, s3_settings, table_rows_spark
@@ -97,14 +97,21 @@ def _spark_view(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     ]
 
 
+@pytest.mark.parametrize("reader", ["workers", "spark-source"])
 def test_avro_values_become_the_columns_core_decodes(
+    reader: str,
     spark: Any,
-    lake: PipelineLake,
+    make_lake: Callable[..., PipelineLake],
     kafka_bootstrap: str,
     registry_url: str,
     create_topic: Callable[..., str],
     tmp_path: Path,
 ) -> None:
+    # The workers read the batch from Kafka themselves unless the pipeline has Java client
+    # settings (kafka_options); then they get its rows from Spark's Kafka source.
+    options = {"client.id": "bergstream-typed-test"} if reader == "spark-source" else {}
+    lake = make_lake(pipeline={"kafka_options": options})
+    assert (worker_fetch_settings(lake, "t") is None) == bool(options)
     topic = create_topic(PARTS, prefix="typed")
     value_id = register(registry_url, f"{topic}-value", PAYMENT_V1)
     key_id = register(registry_url, f"{topic}-key", KEY_SCHEMA)
