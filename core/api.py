@@ -49,6 +49,16 @@ from bergstream.core.codecs_config import (
 from bergstream.core.config import BergstreamConfig, ConfigError, load_config
 from bergstream.core.home import bergstream_cache, bergstream_home
 from bergstream.core.hookspecs import hookimpl
+from bergstream.core.kafka_client import KafkaClientSettings, KafkaSettingsError
+from bergstream.core.kafka_sasl import (
+    KafkaAuthenticationError,
+    KafkaConnection,
+    SaslSession,
+    kafka_request,
+    open_kafka_connection,
+    sasl_authenticate,
+    sasl_reauthenticate,
+)
 from bergstream.core.kafka_wire import record_batch
 from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.kafka_wire.crc import crc32c
@@ -301,6 +311,10 @@ __all__ = [
     "IndexCase",
     "IndexCheck",
     "IndexConformance",
+    "KafkaAuthenticationError",
+    "KafkaClientSettings",
+    "KafkaConnection",
+    "KafkaSettingsError",
     "LakeConfig",
     "LakeConfigError",
     "LayoutVersion",
@@ -319,6 +333,7 @@ __all__ = [
     "ResponseAction",
     "RowContractError",
     "RowRecord",
+    "SaslSession",
     "SchemaNotExpressible",
     "SchemaNotFound",
     "SchemaReference",
@@ -374,6 +389,7 @@ __all__ = [
     "frame_payloads",
     "hookimpl",
     "is_control_batch",
+    "kafka_request",
     "layout_columns",
     "load_catalog",
     "load_config",
@@ -381,6 +397,7 @@ __all__ = [
     "make_request_header",
     "map_records",
     "merge_boundaries",
+    "open_kafka_connection",
     "parse_boundary",
     "project_array",
     "pyiceberg_catalog_properties",
@@ -396,6 +413,8 @@ __all__ = [
     "run_cache_conformance",
     "run_index_conformance",
     "s3_properties",
+    "sasl_authenticate",
+    "sasl_reauthenticate",
     "schema_property",
     "shared_registry_client",
     "sigv4",
