@@ -23,6 +23,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from bergstream.core.choices import ChoiceResolver, FilterChoice, ServiceChoice
 from bergstream.core.codecs_config import CodecsSettings, check_codecs, check_codecs_data
+from bergstream.core.kafka_client import KafkaClientSettings
 from bergstream.core.lake import LakeConfig, LakeConfigError, resolve_lake
 from bergstream.core.models import Bootstrap, StrictModel
 from bergstream.core.problems import Loc, Problem, format_loc, pydantic_problems
@@ -83,6 +84,22 @@ class TargetClusterConfig(StrictModel):
 
     bootstrap: Bootstrap = Field(description="comma-separated host:port list of the real cluster")
     tls: ClientTlsConfig | None = Field(None, description="TLS toward the brokers; plain if unset")
+    kafka_client: KafkaClientSettings = Field(
+        default_factory=KafkaClientSettings,
+        description="how the proxy reaches the brokers (librdkafka key names): its TLS settings "
+        "apply to every upstream connection; its SASL identity to the proxy's own connections, "
+        "while clients authenticate through the proxy with their own credentials",
+    )
+
+    @model_validator(mode="after")
+    def _one_tls_block(self) -> TargetClusterConfig:
+        if self.tls is not None and self.kafka_client.uses_tls:
+            raise ValueError(
+                "both tls and kafka_client (security.protocol "
+                f"{self.kafka_client.security_protocol}) say how to speak TLS to the brokers: "
+                "keep kafka_client and remove tls"
+            )
+        return self
 
     def addresses(self) -> list[tuple[str, int]]:
         """The bootstrap list as (host, port) pairs."""

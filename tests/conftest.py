@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bergstream.devstack.stack.env import StackEnv
 from bergstream.devstack.stack.ports import free_port_block
 from tests.support import ProxyProcess, start_bergstream_run
 
@@ -31,6 +32,70 @@ def stack_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, st
         yield env.as_dict()
     finally:
         stack_down(home=home)
+
+
+#: KIP-368 session lifetime the secured stack's brokers grant: short, so clients that stay
+#: connected through bergstream re-authenticate during the tests.
+SECURE_REAUTH_MS = 20_000
+
+
+@pytest.fixture(scope="session")
+def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackEnv]:
+    """A second, secured Kafka for the tests of production clusters: three KRaft brokers with
+    ``--security sasl_ssl`` (TLS, SCRAM-SHA-512 and PLAIN users ``admin`` and ``noaccess``, the
+    standard authorizer), sessions re-authenticated every ``SECURE_REAUTH_MS``. Started on first
+    use, once per session, stopped by PID at the end. Only Kafka: lakes use a SQLite catalog."""
+    from bergstream.devstack.stack import kafka_security, stack_down, stack_up
+
+    home = tmp_path_factory.mktemp("bergstream-secure-home")
+    original = kafka_security.server_security_properties
+
+    def with_reauth(files: kafka_security.SecurityFiles, mode: str) -> dict[str, str]:
+        return {**original(files, mode), "connections.max.reauth.ms": str(SECURE_REAUTH_MS)}
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kafka_security, "server_security_properties", with_reauth)
+        try:
+            env = stack_up(home, {"kafka"}, brokers=3, security="sasl_ssl")
+        except Exception:
+            stack_down(home)
+            raise
+    try:
+        yield env
+    finally:
+        stack_down(home)
+
+
+@pytest.fixture(scope="session")
+def secure_stack_env(secure_stack: StackEnv) -> dict[str, str]:
+    """The ``BERGSTREAM_*`` variables of :func:`secure_stack` (what ``stack env`` exports)."""
+    return secure_stack.as_dict()
+
+
+@pytest.fixture(scope="session")
+def new_secure_topic(secure_stack_env: dict[str, str]) -> Callable[..., str]:
+    """Create a uniquely named topic on the secured Kafka as its admin user (replication 3)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from bergstream.core.kafka_client import KafkaClientSettings
+
+    client = KafkaClientSettings.model_validate(
+        {"properties_file": secure_stack_env["BERGSTREAM_KAFKA_CONFIG"]}
+    )
+    admin = AdminClient(
+        {**client.librdkafka(), "bootstrap.servers": secure_stack_env["BERGSTREAM_KAFKA_BOOTSTRAP"]}
+    )
+
+    def create(partitions: int = 3, prefix: str = "s", **configs: str) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        settings = {"retention.ms": "-1", **configs}
+        futures = admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=3, config=settings)]
+        )
+        futures[name].result(timeout=60)
+        return name
+
+    return create
 
 
 @pytest.fixture(scope="session")

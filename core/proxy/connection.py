@@ -69,6 +69,9 @@ from bergstream.core.proxy.versions import api_name
 # Read once: on Python 3.11 each ``ApiKey.PRODUCE`` costs an enum lookup (~65 ns), and the
 # pass-through path compares every request's key with it.
 _PRODUCE = ApiKey.PRODUCE
+_SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
+# What a client may send while it (re-)authenticates; any other request means it is done.
+_DURING_SASL = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.API_VERSIONS})
 
 #: Transport write-buffer limits: above HIGH the other side stops being read.
 WRITE_HIGH = 4 * 1024 * 1024
@@ -251,6 +254,10 @@ class ProxyConnection(asyncio.Protocol):
         self._upstream_pauses: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
+        # Set while no SASL exchange of the client's is under way: the proxy's own requests on
+        # this connection wait for it, since a broker refuses anything else mid-exchange.
+        self._sasl_idle = asyncio.Event()
+        self._sasl_idle.set()
         self._close_task: asyncio.Task[None] | None = None
         self.closed: asyncio.Future[None] | None = None
 
@@ -450,6 +457,17 @@ class ProxyConnection(asyncio.Protocol):
                 api_key, api_version, correlation_id = peek_request(message)
                 if self.client_id is None:
                     self._learn_client_id(message)
+                if api_key == _SASL_HANDSHAKE:
+                    if api_version == 0:
+                        self.close(
+                            "the client sent SaslHandshake v0, whose SASL tokens follow as bare "
+                            "bytes the proxy cannot relay: use a client that sends SaslHandshake "
+                            "v1 (any Kafka client since 1.0; librdkafka since 0.11)"
+                        )
+                        return
+                    self._sasl_idle.clear()
+                elif not self._sasl_idle.is_set() and api_key not in _DURING_SASL:
+                    self._sasl_idle.set()
                 api = counters.get(api_key) or self.stats.api(api_key)
                 api.requests += 1
                 api.request_bytes += len(message) + 4
@@ -582,6 +600,8 @@ class ProxyConnection(asyncio.Protocol):
         if self._closing or self._upstream_ready is None:
             raise ConnectionError("the connection is closed")
         await self._upstream_ready
+        if not self._sasl_idle.is_set():
+            await asyncio.wait_for(self._sasl_idle.wait(), timeout)
         api_key, api_version = request.__api_key__, request.__version__
         header = codec.make_request_header(api_key, api_version, 0, CLIENT_ID)
         try:

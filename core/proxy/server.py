@@ -66,9 +66,12 @@ class ProxyServer:
         self.name = f"proxy:{cluster.name}"
         self.filter_factories = list(filter_factories)
         self.log = ProxyLogAdapter(cluster.name)
-        self.target = TargetCluster(
-            cluster.target, connect_timeout=cluster.upstream_timeout_seconds, log=self.log
-        )
+        try:
+            self.target = TargetCluster(
+                cluster.target, connect_timeout=cluster.upstream_timeout_seconds, log=self.log
+            )
+        except Exception as error:  # a CA or client certificate that does not load
+            raise ProxyStartError(f"virtual cluster '{cluster.name}': target: {error}") from error
         self._servers: list[asyncio.Server] = []
         self._connections: set[ProxyConnection] = set()
         self._started_factories: list[FilterFactory[Any]] = []

@@ -3,6 +3,11 @@
 The node map (node id -> real host and port) comes from Metadata responses: those clients
 receive through the proxy (fed in by the address-rewrite filter) and, on a miss, one the proxy
 asks a bootstrap broker for itself.
+
+Security: every upstream connection speaks TLS when ``target.kafka_client`` (or the older
+``target.tls``) says so. A client's connection carries the client's own SASL exchange, passed
+through untouched, so the broker authenticates and authorizes the client itself; the proxy's own
+connections (the Metadata above) authenticate with ``target.kafka_client``'s identity.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any, TypeVar
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from bergstream.core.config import TargetClusterConfig
+from bergstream.core.kafka_client import KafkaSettingsError
+from bergstream.core.kafka_sasl import KafkaAuthenticationError, open_kafka_connection
 from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.log import ProxyLogAdapter
@@ -41,7 +48,12 @@ class TargetCluster:
     ) -> None:
         self.config = config
         self.bootstrap: list[Address] = config.addresses()
-        self.ssl = client_ssl_context(config.tls) if config.tls is not None else None
+        self.client_settings = config.kafka_client
+        self.ssl = (
+            client_ssl_context(config.tls)
+            if config.tls is not None
+            else self.client_settings.ssl_context()
+        )
         self.connect_timeout = connect_timeout
         self.log = log
         self._nodes: dict[int, Address] = {}
@@ -114,9 +126,15 @@ class TargetCluster:
                 if isinstance(error, TimeoutError):
                     reason = f"no connection within {self.connect_timeout:g}s"
                 elif isinstance(error, ssl.SSLCertVerificationError):
-                    reason += "; check target.tls.ca_file and target.tls.check_hostname"
+                    reason += (
+                        "; check target.kafka_client's ssl.ca.location and "
+                        "ssl.endpoint.identification.algorithm"
+                    )
                 elif isinstance(error, ssl.SSLError):
-                    reason += "; does the broker listener speak TLS? (target.tls is set)"
+                    reason += (
+                        "; does the broker listener speak TLS? (target.kafka_client's "
+                        "security.protocol says it does)"
+                    )
                 failures.append(f"{address[0]}:{address[1]} ({reason})")
         raise UpstreamError(f"cannot connect to the target cluster: {'; '.join(failures)}")
 
@@ -126,6 +144,12 @@ class TargetCluster:
         for host, port in self._bootstrap_order():
             try:
                 nodes = await asyncio.wait_for(self._fetch_nodes(host, port), self.connect_timeout)
+            except KafkaAuthenticationError as error:
+                failures.append(
+                    f"{host}:{port} (authentication as target.kafka_client's sasl.username "
+                    f"failed: {error})"
+                )
+                continue
             except (OSError, TimeoutError, UpstreamError, codec.CodecError) as error:
                 failures.append(f"{host}:{port} ({error or type(error).__name__})")
                 continue
@@ -135,9 +159,21 @@ class TargetCluster:
         raise UpstreamError(f"cannot read the target cluster's metadata: {'; '.join(failures)}")
 
     async def _fetch_nodes(self, host: str, port: int) -> dict[int, Address]:
-        reader, writer = await asyncio.open_connection(
-            host, port, ssl=self.ssl, server_hostname=host if self.ssl is not None else None
-        )
+        if self.client_settings.uses_sasl:
+            try:
+                reader, writer = await open_kafka_connection(
+                    host,
+                    port,
+                    self.client_settings,
+                    client_id=CLIENT_ID,
+                    timeout=self.connect_timeout,
+                )
+            except KafkaSettingsError as error:
+                raise UpstreamError(str(error)) from None
+        else:
+            reader, writer = await asyncio.open_connection(
+                host, port, ssl=self.ssl, server_hostname=host if self.ssl is not None else None
+            )
         try:
             versions = await _call(
                 reader, writer, 1, codec.build(codec.request_schema(ApiKey.API_VERSIONS, 0))

@@ -29,6 +29,7 @@ from bergstream.core.api import (
     FileSynthesizerChoice,
     IndexBackend,
     IndexBackendChoice,
+    KafkaClientSettings,
     LakeConfigError,
     ResolvedLake,
     ServiceContext,
@@ -50,7 +51,7 @@ from bergstream.plugins.isk_gateway.tables.lake_schemas import LakeSchemas
 from bergstream.plugins.isk_gateway.tables.layouts import TopicLayouts
 from bergstream.plugins.isk_gateway.tables.merged import MergedProvider
 from bergstream.plugins.isk_gateway.tables.paths import COLDSET, HOTSET, MERGED
-from bergstream.plugins.isk_gateway.tables.provider import TableProvider
+from bergstream.plugins.isk_gateway.tables.provider import ProviderUnavailable, TableProvider
 from bergstream.plugins.isk_gateway.tables.router import NamespaceRouter
 from bergstream.plugins.isk_gateway.tables.store import FileStore
 
@@ -67,6 +68,11 @@ class IskServiceConfig(StrictModel):
     cluster: str = Field("local", min_length=1, description="cluster name used in file keys")
     # The same check as the built-in hotset-parquet synthesizer's, which gets this value.
     kafka_bootstrap: Bootstrap = Field(description="host:port[,host:port...] of Kafka")
+    kafka_client: KafkaClientSettings = Field(
+        default_factory=KafkaClientSettings,
+        description="how ISK connects to Kafka (librdkafka key names: security.protocol, "
+        "sasl.*, ssl.*, properties_file); PLAINTEXT when unset",
+    )
     http: IskHttpConfig
     index: IndexBackendChoice = Field(
         default_factory=lambda: IndexBackendChoice(type="sqlite"), description="the chunk index"
@@ -113,6 +119,7 @@ def _built_in_synthesizer(config: IskServiceConfig) -> FileSynthesizerChoice:
         config={
             "cluster": config.cluster,
             "kafka_bootstrap": config.kafka_bootstrap,
+            "kafka_client": config.kafka_client,
             "unit": config.partition_time,
             "compression": config.parquet_compression,
         },
@@ -160,12 +167,12 @@ class IskService:
 
     @property
     def catalog_url(self) -> str | None:
-        """``http://host:port`` of the REST catalog once started."""
+        """``http(s)://host:port`` of the REST catalog once started."""
         return self.http.catalog_url if self.http else None
 
     @property
     def s3_url(self) -> str | None:
-        """``http://host:port`` of the S3 gateway once started."""
+        """``http(s)://host:port`` of the S3 gateway once started."""
         return self.http.s3_url if self.http else None
 
     async def start(self) -> None:
@@ -175,8 +182,21 @@ class IskService:
         c = self.config
         try:
             await asyncio.to_thread(warm_up)
-            self.reader = KafkaReader(c.kafka_bootstrap, client_id=f"bergstream-isk-{c.cluster}")
-            await self.reader.start()
+            self.reader = KafkaReader(
+                c.kafka_bootstrap,
+                client_id=f"bergstream-isk-{c.cluster}",
+                settings=c.kafka_client,
+            )
+            try:
+                await self.reader.start()
+            except ProviderUnavailable as error:
+                # A gateway that starts before Kafka (or with credentials not yet granted)
+                # stays up: requests needing Kafka answer 503 with this reason and retry.
+                log.warning(
+                    "isk: %s; serving anyway: requests that need Kafka answer 503 until it is "
+                    "reachable",
+                    error,
+                )
             self.index = await asyncio.to_thread(
                 self._index_registration.factory, self._index_settings, self.context
             )

@@ -83,6 +83,12 @@ class KsiConfig(BaseModel):
     offsets_cache_seconds: float = Field(
         1.0, ge=0, description="how long Kafka's high watermarks asked out of band are reused"
     )
+    authorization_cache_seconds: float = Field(
+        10.0,
+        ge=0,
+        description="how long the broker's answer to whether a client connection may READ a "
+        "topic (asked on that connection before serving its cold offsets) is reused",
+    )
     reader_threads: int = Field(2, ge=1, le=32, description="threads reading the coldset")
     read_timeout_seconds: float = Field(
         30.0, gt=0, description="a coldset read taking longer fails that partition (retriable)"

@@ -28,7 +28,12 @@ from bergstream.core.api import (
 )
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdsetError
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
-from bergstream.plugins.ksi_fetch_filter.kafka_state import EARLIEST, EndOffsets, TopicIds
+from bergstream.plugins.ksi_fetch_filter.kafka_state import (
+    EARLIEST,
+    EndOffsets,
+    ReadAccess,
+    TopicIds,
+)
 from bergstream.plugins.ksi_fetch_filter.planner import (
     ColdAnswer,
     FetchAsk,
@@ -85,6 +90,8 @@ class KsiFilter(ProxyFilter):
 
     def __init__(self, factory: KsiFactory) -> None:
         self.factory = factory
+        # Per connection: the broker authorizes this connection's principal.
+        self._access = ReadAccess(factory.config.authorization_cache_seconds)
         self._fetches: dict[int, _FetchPending] = {}
         self._offsets: dict[int, _OffsetsPending] = {}
 
@@ -127,6 +134,13 @@ class KsiFilter(ProxyFilter):
         version = header.request_api_version
         names = await self._names(request, version, context)
         served = await self.factory.topics.resolve(set(names.values()), ksi_log(context))
+        covered = {name for name in names.values() if served.covers(name)}
+        if covered:
+            # Cold offsets only for topics Kafka lets this connection read; the others'
+            # partitions go to Kafka, which refuses them as it refuses any offset.
+            readable = await self._access.readable(covered, context.send_request)
+            if readable != covered:
+                served = served.only(readable)
         refs_of = {names[ref]: ref for ref in names if served.covers(names[ref])}
         asks = [
             FetchAsk(names[ref], p.partition, p.fetch_offset, p.partition_max_bytes)

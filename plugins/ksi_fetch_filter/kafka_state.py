@@ -109,3 +109,62 @@ class EndOffsets:
                     out[key] = partition.offset
                     self._values[(*key, isolation_level)] = (partition.offset, now)
         return out
+
+
+#: AclOperation READ's bit in Metadata's ``topic_authorized_operations``.
+_READ_BIT = 1 << 3
+#: What a broker puts there when it did not compute the operations.
+_OPERATIONS_OMITTED = -(2**31)
+
+
+class ReadAccess:
+    """Whether one client connection's principal may READ topics, as the broker decides it:
+    a Metadata request with ``include_topic_authorized_operations`` sent on the client's own
+    (authenticated) connection, each answer reused for ``max_age_seconds``.
+
+    A topic the principal may not DESCRIBE comes back with TOPIC_AUTHORIZATION_FAILED; one it
+    may describe but not read lacks the READ bit. Either way KSI serves none of its cold
+    offsets and lets Kafka answer the Fetch, which refuses it the same way for every offset.
+    """
+
+    def __init__(self, max_age_seconds: float) -> None:
+        self._max_age = max_age_seconds
+        self._allowed: dict[str, tuple[bool, float]] = {}
+
+    async def readable(self, topics: Iterable[str], send: SendRequest) -> set[str]:
+        """The topics of ``topics`` the connection may read (asks Kafka for the ones not
+        cached; a failed request raises, so nothing is served on a guess)."""
+        now = time.monotonic()
+        out: set[str] = set()
+        ask: list[str] = []
+        for topic in topics:
+            cached = self._allowed.get(topic)
+            if cached is not None and now - cached[1] <= self._max_age:
+                if cached[0]:
+                    out.add(topic)
+            else:
+                ask.append(topic)
+        if not ask:
+            return out
+        schema = request_schema(ApiKey.METADATA, _METADATA_VERSION)
+        topic_type = field_entity_type(schema, "topics")
+        response = await send(
+            build(
+                schema,
+                topics=tuple(build(topic_type, name=topic) for topic in sorted(set(ask))),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=True,
+            )
+        )
+        answered: dict[str, bool] = {}
+        for topic in response.topics:
+            operations = topic.topic_authorized_operations
+            answered[topic.name] = topic.error_code == ErrorCode.none and (
+                operations == _OPERATIONS_OMITTED or bool(operations & _READ_BIT)
+            )
+        for topic in ask:
+            allowed = answered.get(topic, False)
+            self._allowed[topic] = (allowed, now)
+            if allowed:
+                out.add(topic)
+        return out

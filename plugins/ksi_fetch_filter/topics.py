@@ -44,6 +44,13 @@ class Served:
         """Whether KSI answers for ``topic`` (served, or failed and so guarded)."""
         return topic in self.tables or topic in self.failed
 
+    def only(self, topics: set[str]) -> Served:
+        """The same answer for ``topics`` only (the others left to Kafka)."""
+        return Served(
+            {t: table for t, table in self.tables.items() if t in topics},
+            {t: why for t, why in self.failed.items() if t in topics},
+        )
+
 
 class ServedTopics:
     """The served topics of one virtual cluster, with the namespace listing they come from."""

@@ -63,12 +63,27 @@ def _factory(
     return factory
 
 
+#: A topic's authorized operations for a principal allowed everything (what a broker answers:
+#: READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS).
+ALL_TOPIC_OPERATIONS = sum(1 << bit for bit in (3, 4, 5, 6, 7, 8, 10, 11))
+
+
 async def _upstream(request: Any) -> Any:
     """Kafka's side of out-of-band requests: Metadata (topic ids) and ListOffsets LATEST."""
     schema = response_schema(request.__api_key__, request.__version__)
     if request.__api_key__ == ApiKey.METADATA:
         topic_type = field_entity_type(schema, "topics")
-        return build(schema, topics=(build(topic_type, name=TOPIC, topic_id=TOPIC_ID),))
+        return build(
+            schema,
+            topics=(
+                build(
+                    topic_type,
+                    name=TOPIC,
+                    topic_id=TOPIC_ID,
+                    topic_authorized_operations=ALL_TOPIC_OPERATIONS,
+                ),
+            ),
+        )
     topic_type = field_entity_type(schema, "topics")
     partition_type = field_entity_type(topic_type, "partitions")
     return build(
@@ -181,6 +196,95 @@ async def test_a_cold_fetch_is_answered_from_the_coldset(lake: ResolvedLake, ver
     assert parts[0].high_watermark == HIGH_WATERMARK
     if version >= 5:
         assert parts[0].log_start_offset == 0
+    await factory.close()
+
+
+def _upstream_granting(operations: int | None, error_code: int = 0) -> Any:
+    """``_upstream``, with Metadata telling this topic's authorized operations (or an error)."""
+
+    async def upstream(request: Any) -> Any:
+        if (
+            request.__api_key__ != ApiKey.METADATA
+            or not request.include_topic_authorized_operations
+        ):
+            return await _upstream(request)
+        schema = response_schema(request.__api_key__, request.__version__)
+        topic_type = field_entity_type(schema, "topics")
+        return build(
+            schema,
+            topics=(
+                build(
+                    topic_type,
+                    name=TOPIC,
+                    topic_id=TOPIC_ID if error_code == 0 else None,
+                    error_code=error_code,
+                    topic_authorized_operations=operations if operations is not None else 0,
+                ),
+            ),
+        )
+
+    return upstream
+
+
+@pytest.mark.parametrize(
+    ("operations", "error_code"),
+    [
+        (ALL_TOPIC_OPERATIONS & ~(1 << 3), 0),  # may DESCRIBE, not READ
+        (0, int(ErrorCode.topic_authorization_failed)),  # may not even DESCRIBE
+    ],
+    ids=["describe-only", "nothing"],
+)
+async def test_a_principal_kafka_would_not_let_read_gets_no_cold_offsets(
+    lake: ResolvedLake, operations: int, error_code: int
+) -> None:
+    """The broker decides, on the client's own connection: KSI forwards the whole Fetch, so
+    Kafka refuses the cold offsets exactly as it refuses hot ones."""
+    factory = _factory(lake)
+    await factory.start()
+    context = FakeFilterContext(upstream=_upstream_granting(operations, error_code))
+    header, request = _fetch(12, {0: 0, 1: 300})
+    action = await KsiFilter(factory).on_request(header, request, context)
+    assert isinstance(action, Forward)
+    forwarded = [(p.partition, p.fetch_offset) for t in action.payload.topics for p in t.partitions]
+    assert forwarded == [(0, 0), (1, 300)]  # every partition goes to Kafka, cold ones too
+    (check,) = [r for r in context.sent if r.__api_key__ == ApiKey.METADATA]
+    assert check.include_topic_authorized_operations
+    assert [t.name for t in check.topics] == [TOPIC]
+    await factory.close()
+
+
+async def test_the_brokers_read_answer_is_cached_per_connection(lake: ResolvedLake) -> None:
+    factory = _factory(lake)
+    await factory.start()
+    context = FakeFilterContext(upstream=_upstream)
+    ksi = KsiFilter(factory)
+    for _ in range(3):
+        header, request = _fetch(12, {0: 0})
+        assert isinstance(await ksi.on_request(header, request, context), ShortCircuit)
+    checks = [r for r in context.sent if r.__api_key__ == ApiKey.METADATA]
+    assert len(checks) == 1
+    # Another connection (another principal, maybe) asks the broker itself.
+    other = FakeFilterContext(upstream=_upstream_granting(0, 29))
+    header, request = _fetch(12, {0: 0})
+    assert isinstance(await KsiFilter(factory).on_request(header, request, other), Forward)
+    await factory.close()
+
+
+async def test_an_unanswered_authorization_check_serves_nothing(lake: ResolvedLake) -> None:
+    factory = _factory(lake)
+    await factory.start()
+
+    async def no_metadata(request: Any) -> Any:
+        if request.__api_key__ == ApiKey.METADATA:
+            raise TimeoutError("no answer")
+        return await _upstream(request)
+
+    header, request = _fetch(12, {0: 0})
+    action = await KsiFilter(factory).on_request(
+        header, request, FakeFilterContext(upstream=no_metadata)
+    )
+    assert isinstance(action, ErrorResponse)
+    assert action.error_code == ErrorCode.kafka_storage_error
     await factory.close()
 
 

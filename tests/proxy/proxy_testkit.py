@@ -40,6 +40,7 @@ def cluster_config(
     tls: dict[str, Any] | None = None,
     advertised_host: str | None = None,
     target_tls: dict[str, Any] | None = None,
+    kafka_client: dict[str, Any] | None = None,
 ) -> VirtualClusterConfig:
     """A virtual cluster config on free local ports in front of ``bootstrap``."""
     port = free_port_block(broker_count + 1)
@@ -56,7 +57,11 @@ def cluster_config(
     return VirtualClusterConfig.model_validate(
         {
             "name": name,
-            "target": {"bootstrap": bootstrap, "tls": target_tls},
+            "target": {
+                "bootstrap": bootstrap,
+                "tls": target_tls,
+                "kafka_client": kafka_client or {},
+            },
             "gateway": gateway,
             "max_frame_bytes": max_frame_bytes,
             "upstream_timeout_seconds": 5,
@@ -307,11 +312,12 @@ class FuzzTarget:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def running(cls, bootstrap: str) -> AsyncIterator[FuzzTarget]:
-        """Start a proxy in front of ``bootstrap`` and collect errors until the block ends."""
+    async def running(cls, bootstrap: str, **cluster: Any) -> AsyncIterator[FuzzTarget]:
+        """Start a proxy in front of ``bootstrap`` (``cluster``: more :func:`cluster_config`
+        settings) and collect errors until the block ends."""
         from bergstream.core.proxy.server import ProxyServer
 
-        server = ProxyServer(cluster_config(bootstrap), [])
+        server = ProxyServer(cluster_config(bootstrap, **cluster), [])
         await server.start()
         errors: list[str] = []
         handler = _ErrorCollector(errors)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import struct
 import time
 import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -75,9 +79,10 @@ truncated_or_corrupted = st.builds(
 fuzz_input = st.one_of(random_bytes, header_with_garbage, truncated_or_corrupted)
 
 
-async def poke(address: str, data: bytes, wait: float) -> None:
-    """Send ``data`` on a fresh connection; give the proxy ``wait`` seconds to react; close."""
-    client = await RawClient.connect(address)
+async def poke(address: str, data: bytes, wait: float, **connect: Any) -> None:
+    """Send ``data`` on a fresh connection (``connect``: ``ssl=`` for a TLS gateway); give the
+    proxy ``wait`` seconds to react; close."""
+    client = await RawClient.connect(address, **connect)
     FuzzTarget.count += 1
     try:
         client.send_raw(data)
@@ -149,3 +154,78 @@ async def test_clients_work_after_fuzzing(kafka_bootstrap, kafka_fuzz_proxy):
                 got.extend(messages)
     await consumer.stop()
     assert sorted(m.value for m in got) == sorted(b"after-fuzz-%d" % i for i in range(30))
+
+
+# --------------------------------------------------------------------------------------------
+# A TLS gateway in front of the secured three-broker stack (SASL_SSL): the same inputs inside TLS.
+
+
+@pytest.fixture(scope="module")
+async def tls_fuzz_proxy(secure_stack: Any) -> AsyncIterator[tuple[FuzzTarget, ssl.SSLContext]]:
+    """A proxy whose gateway speaks TLS (the stack's broker certificate, SANs 127.0.0.1) in
+    front of the secured Kafka (its TLS and the admin's SASL from the stack's properties file),
+    and a client TLS context trusting the stack's CA."""
+    security = Path(secure_stack.home) / "security"
+    env = secure_stack.as_dict()
+    context = ssl.create_default_context(cafile=str(security / "ca.pem"))
+    async with FuzzTarget.running(
+        env["BERGSTREAM_KAFKA_BOOTSTRAP"],
+        tls={"cert_file": security / "broker.pem", "key_file": security / "broker.pem"},
+        kafka_client={"properties_file": env["BERGSTREAM_KAFKA_CONFIG"]},
+        broker_count=4,
+    ) as target:
+        yield target, context
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=fuzz_input)
+async def test_fuzz_against_a_tls_gateway(tls_fuzz_proxy, data):
+    target, context = tls_fuzz_proxy
+    await poke(target.address, data, 0.03, ssl=context, server_hostname="127.0.0.1")
+
+
+@pytest.mark.slow
+async def test_sasl_ssl_clients_work_after_fuzzing_the_tls_gateway(
+    tls_fuzz_proxy, secure_stack, new_secure_topic
+):
+    """Runs after the TLS fuzz test: a SASL_SSL client (TLS to the gateway, its own SCRAM
+    credentials through it) still produces and consumes."""
+    from confluent_kafka import Consumer, Producer
+
+    target, _ = tls_fuzz_proxy
+    assert target.examples > 0
+    assert not target.errors, target.errors[:5]
+    env = secure_stack.as_dict()
+    props = dict(
+        line.split("=", 1)
+        for line in Path(env["BERGSTREAM_KAFKA_CONFIG"]).read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    client = {
+        "bootstrap.servers": target.address,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": props["ssl.ca.location"],
+        "sasl.mechanism": props["sasl.mechanisms"],
+        "sasl.username": props["sasl.username"],
+        "sasl.password": props["sasl.password"],
+    }
+    topic = new_secure_topic(partitions=3)
+    producer = Producer(client)
+    for i in range(30):
+        producer.produce(topic, value=b"after-tls-fuzz-%d" % i, partition=i % 3)
+    assert await asyncio.to_thread(producer.flush, 60) == 0
+    consumer = Consumer({**client, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < 30 and time.monotonic() < deadline:
+        message = await asyncio.to_thread(consumer.poll, 1.0)
+        if message is not None and not message.error():
+            got.append(message.value())
+    await asyncio.to_thread(consumer.close)
+    assert sorted(got) == sorted(b"after-tls-fuzz-%d" % i for i in range(30))

@@ -19,6 +19,7 @@ from bergstream.core import hookspecs
 from bergstream.core.api import ApiKey
 from bergstream.core.backends import ServiceContext
 from bergstream.core.config import BergstreamConfig, ConfigError, parse_config
+from bergstream.core.kafka_client import KafkaClientSettings
 from bergstream.core.plugins import load_registry
 from bergstream.core.sections import section_slots
 from tests.unit.test_import_rules import PUBLIC, imports
@@ -45,15 +46,17 @@ def _is_list(annotation: object) -> bool:
 
 
 def config_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
-    """Dotted key paths of a config model, below list items too."""
+    """Dotted key paths of a config model, below list items too (the keys users write:
+    aliases where a field has one). A ``kafka_client`` block is one key here: its own keys
+    are documented once, in their own section (:func:`test_kafka_client_keys_are_documented`)."""
     keys = []
     for name, field in model.model_fields.items():
         if field.exclude:
             continue
-        path = f"{prefix}{name}"
+        path = f"{prefix}{field.alias or name}"
         keys.append(path)
         nested = _model_of(field.annotation)
-        if nested is not None:
+        if nested is not None and nested is not KafkaClientSettings:
             keys.extend(config_keys(nested, "" if _is_list(field.annotation) else f"{path}."))
     return keys
 
@@ -67,10 +70,10 @@ def config_fields(
     for name, field in model.model_fields.items():
         if field.exclude:
             continue
-        path = f"{prefix}{name}"
+        path = f"{prefix}{field.alias or name}"
         fields[path] = field
         nested = _model_of(field.annotation)
-        if nested is not None:
+        if nested is not None and nested is not KafkaClientSettings:
             if not _is_list(field.annotation):
                 inner = f"{path}."
             else:
@@ -430,3 +433,21 @@ def test_every_metric_is_documented_with_its_labels() -> None:
         assert row[0] == ("counter" if isinstance(metric, Counter) else "gauge"), wire
         missing = [label for label in metric._labelnames if f"`{label}`" not in row[1]]
         assert not missing, f"{wire}: labels {missing} are not documented"
+
+
+def test_kafka_client_keys_are_documented():
+    text = (DOCS / "configuration.md").read_text()
+    sections = re.split(r"^## ", text, flags=re.MULTILINE)
+    (section,) = [s for s in sections if s.startswith("Kafka client settings")]
+    rows = table_rows(section)
+    fields = {
+        field.alias or name: field for name, field in KafkaClientSettings.model_fields.items()
+    }
+    missing = [key for key in fields if key not in rows]
+    assert not missing, f"Kafka client settings: undocumented keys {missing}"
+    wrong = {
+        key: problem
+        for key, field in fields.items()
+        if (problem := default_problem(field, rows[key][0]))
+    }
+    assert not wrong, f"Kafka client settings: defaults in docs/configuration.md: {wrong}"

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import pyarrow.compute as pc
 from pydantic import Field
 
-from bergstream.core.api import ISK_KAFKA_READ_BYTES, Bootstrap, ServiceContext, StrictModel
+from bergstream.core.api import (
+    ISK_KAFKA_READ_BYTES,
+    Bootstrap,
+    KafkaClientSettings,
+    ServiceContext,
+    StrictModel,
+)
 from bergstream.plugins.isk_gateway.files.hotset_layout import (
     RowDecoder,
     parquet_layout,
@@ -65,6 +71,10 @@ class HotsetDataSynthesizerConfig(StrictModel):
 
     cluster: str = Field(min_length=1, description="cluster name in the keys it builds")
     kafka_bootstrap: Bootstrap = Field(description="host:port list of the Kafka cluster")
+    kafka_client: KafkaClientSettings = Field(
+        default_factory=KafkaClientSettings,
+        description="how it connects to Kafka (librdkafka key names); PLAINTEXT when unset",
+    )
     unit: Literal["day", "hour"] = Field(DAY, description="time unit the hotset is cut by")
     compression: ParquetCompression = Field(
         "snappy", description="Parquet codec of the files it writes"
@@ -149,7 +159,11 @@ def create_hotset_data_synthesizer(
     from bergstream.core.api import LakeConfigError, resolve_lake
     from bergstream.plugins.isk_gateway.tables.layouts import TopicLayouts
 
-    reader = KafkaReader(config.kafka_bootstrap, client_id=f"bergstream-isk-{config.cluster}-files")
+    reader = KafkaReader(
+        config.kafka_bootstrap,
+        client_id=f"bergstream-isk-{config.cluster}-files",
+        settings=config.kafka_client,
+    )
     lake = None
     if context.config.lake is not None:
         try:

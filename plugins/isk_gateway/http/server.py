@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import ssl
+from pathlib import Path
 
 from aiohttp import web
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -12,21 +14,64 @@ from bergstream.plugins.isk_gateway.http.catalog import CatalogSettings, RestCat
 from bergstream.plugins.isk_gateway.http.s3 import S3Gateway
 from bergstream.plugins.isk_gateway.tables.provider import TableProvider
 
-__all__ = ["IskHttpConfig", "IskHttpService"]
+__all__ = ["IskHttpConfig", "IskHttpService", "IskHttpTlsConfig"]
 
 _PREFIX = re.compile(r"[A-Za-z0-9._~-]+")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 
+class IskHttpTlsConfig(StrictModel):
+    """HTTPS on both listeners (the proxy's server TLS keys: cert_file, key_file, ca_file)."""
+
+    cert_file: Path = Field(description="certificate (chain, PEM) both listeners present")
+    key_file: Path = Field(description="private key (PEM) of cert_file")
+    ca_file: Path | None = Field(
+        None, description="if set, clients must present a certificate this CA (PEM) signed"
+    )
+
+    @field_validator("cert_file", "key_file", "ca_file")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"file {value} does not exist: give the path of a PEM file")
+        return value
+
+    @model_validator(mode="after")
+    def _loads(self) -> IskHttpTlsConfig:
+        self.server_context()  # a key that does not match its certificate fails the config
+        return self
+
+    def server_context(self) -> ssl.SSLContext:
+        """The listeners' TLS context; ``ValueError`` naming the file that cannot be used."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        except (ssl.SSLError, OSError) as error:
+            raise ValueError(
+                f"cannot use the certificate {self.cert_file} with the key {self.key_file}: "
+                f"{error} (both PEM, the key unencrypted and matching the certificate)"
+            ) from None
+        if self.ca_file is not None:
+            try:
+                context.load_verify_locations(cafile=self.ca_file)
+            except (ssl.SSLError, OSError) as error:
+                raise ValueError(
+                    f"ca_file: cannot load CA certificates from {self.ca_file}: {error}"
+                ) from None
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+
 class IskHttpConfig(StrictModel):
-    """Listen addresses, vended S3 settings and optional OAuth of one ISK gateway."""
+    """Listen addresses, vended S3 settings, optional HTTPS and OAuth of one ISK gateway."""
 
     catalog_host: str = "127.0.0.1"
     catalog_port: int = Field(18181, ge=0, le=65535, description="0 picks a free port")
     s3_host: str = "127.0.0.1"
     s3_port: int = Field(19000, ge=0, le=65535, description="0 picks a free port")
     s3_public_endpoint: str | None = Field(
-        None, description="S3 endpoint vended by LoadTable; default http://<s3_host>:<s3_port>"
+        None,
+        description="S3 endpoint vended by LoadTable; default http(s)://<s3_host>:<s3_port>",
     )
     access_key: str = Field(min_length=1)
     secret_key: SecretStr
@@ -36,6 +81,9 @@ class IskHttpConfig(StrictModel):
     client_secret: SecretStr | None = None
     prefix: str | None = Field(None, description="serve the catalog under /v1/<prefix>/ too")
     token_ttl_seconds: int = Field(3600, gt=0)
+    tls: IskHttpTlsConfig | None = Field(
+        None, description="serve the catalog and the S3 gateway over HTTPS; plain HTTP if unset"
+    )
 
     @field_validator("bucket")
     @classmethod
@@ -82,6 +130,8 @@ class IskHttpService:
         if self._runners:
             return
         c = self.config
+        context = c.tls.server_context() if c.tls is not None else None
+        scheme = "https" if context is not None else "http"
         try:
             s3_port = await self._listen(
                 S3Gateway(
@@ -93,8 +143,9 @@ class IskHttpService:
                 ).app(),
                 c.s3_host,
                 c.s3_port,
+                context,
             )
-            self.s3_url = f"http://{_url_host(c.s3_host)}:{s3_port}"
+            self.s3_url = f"{scheme}://{_url_host(c.s3_host)}:{s3_port}"
             settings = CatalogSettings(
                 bucket=c.bucket,
                 s3_endpoint=c.s3_public_endpoint or self.s3_url,
@@ -107,9 +158,12 @@ class IskHttpService:
                 token_ttl_seconds=c.token_ttl_seconds,
             )
             catalog_port = await self._listen(
-                RestCatalogApp(self.provider, settings).app(), c.catalog_host, c.catalog_port
+                RestCatalogApp(self.provider, settings).app(),
+                c.catalog_host,
+                c.catalog_port,
+                context,
             )
-            self.catalog_url = f"http://{_url_host(c.catalog_host)}:{catalog_port}"
+            self.catalog_url = f"{scheme}://{_url_host(c.catalog_host)}:{catalog_port}"
         except BaseException:
             await self.stop()
             raise
@@ -120,11 +174,13 @@ class IskHttpService:
         for runner in reversed(runners):
             await runner.cleanup()
 
-    async def _listen(self, app: web.Application, host: str, port: int) -> int:
+    async def _listen(
+        self, app: web.Application, host: str, port: int, context: ssl.SSLContext | None
+    ) -> int:
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         self._runners.append(runner)
-        await web.TCPSite(runner, host, port).start()
+        await web.TCPSite(runner, host, port, ssl_context=context).start()
         return int(runner.addresses[0][1])
 
 
