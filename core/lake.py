@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 from pydantic import Field
 
 from bergstream.core.home import bergstream_home
+from bergstream.core.kafka_client import KafkaClientSettings
 from bergstream.core.models import Bootstrap, StrictModel
 from bergstream.core.sections import SectionSlot
 
@@ -95,6 +96,11 @@ class LakeConfig(StrictModel):
     """The ``lake:`` section."""
 
     kafka_bootstrap: Bootstrap = Field(description="host:port list of the Kafka cluster to copy")
+    kafka_client: KafkaClientSettings = Field(
+        default_factory=KafkaClientSettings,
+        description="how the pipeline connects to Kafka (TLS, SASL; librdkafka key names): "
+        "Spark's Kafka source and admin client, and the workers' own reads",
+    )
     namespace: str = Field(
         DEFAULT_NAMESPACE,
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",

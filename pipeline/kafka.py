@@ -7,12 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bergstream.core.api import KafkaSettingsError
 from bergstream.pipeline.session import PipelineSetupError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["TopicOffsets", "kafka_client_properties", "topic_offsets"]
+    from bergstream.core.api import LakeConfig
+
+__all__ = ["TopicOffsets", "kafka_client_properties", "refused_message", "topic_offsets"]
 
 _TIMEOUT_SECONDS = 60
 
@@ -31,9 +34,92 @@ class TopicOffsets:
         return sorted(self.log_start)
 
 
-def kafka_client_properties(bootstrap: str, options: dict[str, str]) -> dict[str, str]:
-    """Kafka client settings: the bootstrap list plus ``lake.pipeline.kafka_options``."""
-    return {"bootstrap.servers": bootstrap, **options}
+def kafka_client_properties(lake: LakeConfig, options: dict[str, str]) -> dict[str, str]:
+    """Java Kafka client settings: ``lake.kafka_client`` (TLS, SASL), the bootstrap list, then
+    ``lake.pipeline.kafka_options`` over them. Raises :class:`PipelineSetupError` when a PEM
+    file of ``lake.kafka_client`` cannot be read."""
+    try:
+        java = lake.kafka_client.java()
+    except KafkaSettingsError as error:
+        raise PipelineSetupError(f"lake.kafka_client: {error}") from None
+    return {**java, "bootstrap.servers": lake.kafka_bootstrap, **options}
+
+
+def _java_causes(error: BaseException) -> dict[str, str]:
+    """Simple class name -> message of the Java exception behind a Py4J error and of its
+    causes; empty for an error that did not come from the JVM."""
+    java = getattr(error, "java_exception", None)
+    causes: dict[str, str] = {}
+    while java is not None and len(causes) < 10:
+        try:
+            name = str(java.getClass().getName()).rsplit(".", 1)[-1]
+            causes.setdefault(name, str(java.getMessage() or ""))
+            cause = java.getCause()
+        except Exception:  # the JVM went away: what was gathered will do
+            break
+        java = None if cause is None or cause.equals(java) else cause
+    return causes
+
+
+def _identity(lake: LakeConfig, options: dict[str, str]) -> str:
+    """Who the pipeline is to Kafka, for messages (no secret)."""
+    client = lake.kafka_client
+    protocol = options.get("security.protocol", client.security_protocol)
+    if client.uses_sasl and "sasl.jaas.config" not in options:
+        return f"user '{client.sasl_username}', {client.sasl_mechanism} over {protocol}"
+    if client.ssl_certificate_location is not None and "ssl.keystore.key" not in options:
+        return f"client certificate {client.ssl_certificate_location}, {protocol}"
+    return f"security.protocol {protocol}"
+
+
+def refused_message(
+    error: BaseException, topic: str, lake: LakeConfig, options: dict[str, str]
+) -> str | None:
+    """What to tell a user whose Kafka refused the pipeline's client: authorization of
+    ``topic`` or authentication (SASL or TLS) failed; None for any other error."""
+    causes = _java_causes(error)
+    text = str(error)
+    # The Java client's exception names, and librdkafka's words for the same (a typed batch's
+    # workers read with librdkafka).
+    for name, words in (
+        ("TopicAuthorizationException", "Topic authorization failed"),
+        ("SaslAuthenticationException", "SASL authentication error"),
+        ("SslAuthenticationException", "SSL handshake failed"),
+    ):
+        if name not in causes and (name in text or words in text):
+            causes[name] = ""
+    where = f"Kafka at {lake.kafka_bootstrap} ({_identity(lake, options)})"
+    if "TopicAuthorizationException" in causes:
+        return (
+            f"authorization failed for topic '{topic}' on {where}: the user may not describe "
+            "or read it; grant it DESCRIBE and READ on the topic (ACLs), or set "
+            "lake.kafka_client to a user that has them"
+        )
+    if "SaslAuthenticationException" in causes:
+        reason = causes["SaslAuthenticationException"] or "the broker refused the credentials"
+        return (
+            f"authentication failed on {where}: {reason}; check lake.kafka_client's "
+            "sasl.mechanism, sasl.username and sasl.password (or its properties_file)"
+        )
+    if "SslAuthenticationException" in causes:
+        reason = causes["SslAuthenticationException"] or "the TLS handshake failed"
+        return (
+            f"TLS handshake failed with {where}: {reason}; check lake.kafka_client's "
+            "security.protocol and ssl.* settings (ssl.ca.location: the CA of the brokers' "
+            "certificates; ssl.certificate.location and ssl.key.location for mutual TLS)"
+        )
+    return None
+
+
+def _reason(error: BaseException) -> str:
+    """The innermost Java message behind ``error`` (not Py4J's "An error occurred while
+    calling ..."), else the error's first line."""
+    causes = _java_causes(error)
+    if causes:
+        name, message = list(causes.items())[-1]
+        return f"{name}: {message}" if message else name
+    text = str(error)
+    return text.splitlines()[0] if text else repr(error)
 
 
 def _list_offsets(
@@ -51,13 +137,15 @@ def _list_offsets(
 
 
 def topic_offsets(
-    spark: SparkSession, bootstrap: str, options: dict[str, str], topic: str
+    spark: SparkSession, lake: LakeConfig, options: dict[str, str], topic: str
 ) -> TopicOffsets:
     """Partitions, log start and read-committed end offsets of ``topic``; raises
-    :class:`PipelineSetupError` when the topic does not exist or Kafka cannot be reached."""
+    :class:`PipelineSetupError` when the topic does not exist, Kafka cannot be reached or
+    refuses the client (:func:`refused_message`)."""
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
     props = jvm.java.util.Properties()
-    for key, value in kafka_client_properties(bootstrap, options).items():
+    bootstrap = lake.kafka_bootstrap
+    for key, value in kafka_client_properties(lake, options).items():
         props.put(key, value)
     props.put("request.timeout.ms", "30000")
     props.put("default.api.timeout.ms", str(_TIMEOUT_SECONDS * 1000))
@@ -68,6 +156,9 @@ def topic_offsets(
             names = jvm.java.util.Collections.singletonList(topic)
             described = admin.describeTopics(names).allTopicNames().get(_TIMEOUT_SECONDS, seconds)
         except Exception as error:
+            refused = refused_message(error, topic, lake, options)
+            if refused is not None:
+                raise PipelineSetupError(refused) from None
             text = str(error)
             if "UnknownTopicOrPartition" in text:
                 raise PipelineSetupError(
@@ -75,8 +166,9 @@ def topic_offsets(
                     "check --topic and lake.kafka_bootstrap"
                 ) from None
             raise PipelineSetupError(
-                f"cannot describe topic '{topic}' on Kafka at {bootstrap}: "
-                f"{text.splitlines()[0] if text else error!r}"
+                f"cannot describe topic '{topic}' on Kafka at {bootstrap}: {_reason(error)} "
+                "(check lake.kafka_bootstrap and lake.kafka_client against the brokers' "
+                "listeners)"
             ) from None
         description = described.get(topic)
         partitions = sorted(int(info.partition()) for info in description.partitions())

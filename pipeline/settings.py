@@ -55,7 +55,7 @@ class LakePipelineConfig(StrictModel):
     )
     kafka_options: dict[str, str] = Field(
         default_factory=dict,
-        description="more Kafka client settings (security.protocol, sasl.*, ...)",
+        description="more Java Kafka client settings over lake.kafka_client's (client.id, ...)",
     )
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description="more Spark settings (spark.driver.memory, ...)"

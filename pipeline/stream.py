@@ -38,7 +38,12 @@ from bergstream.core.api import (
 )
 from bergstream.pipeline.batch_rows import BatchRows, batch_ranges
 from bergstream.pipeline.checkpoint import batch_end_offsets, checkpoint_path, topic_lock
-from bergstream.pipeline.kafka import TopicOffsets, topic_offsets
+from bergstream.pipeline.kafka import (
+    TopicOffsets,
+    kafka_client_properties,
+    refused_message,
+    topic_offsets,
+)
 from bergstream.pipeline.kafka_fetch import FetchSettings
 from bergstream.pipeline.session import PipelineSetupError
 from bergstream.pipeline.settings import PipelineLake
@@ -116,17 +121,16 @@ def _source(
     from pyspark.sql import functions as F
 
     settings = lake.pipeline
+    reader = spark.readStream.format("kafka")
+    for key, value in kafka_client_properties(lake.config, settings.kafka_options).items():
+        reader = reader.option(f"kafka.{key}", value)
     reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", lake.config.kafka_bootstrap)
-        .option("subscribe", topic)
+        reader.option("subscribe", topic)
         .option("startingOffsets", json.dumps(start))
         .option("kafka.isolation.level", "read_committed")
         .option("includeHeaders", "true")
         .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
     )
-    for key, value in settings.kafka_options.items():
-        reader = reader.option(f"kafka.{key}", value)
     if settings.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
     return reader.load().select(
@@ -141,15 +145,18 @@ def _source(
 
 
 def worker_fetch_settings(lake: PipelineLake, topic: str) -> FetchSettings | None:
-    """How typed batches' workers read ``topic`` themselves; None while the pipeline has Kafka
-    client settings (``kafka_options``, Java client names) librdkafka would not take as they
-    are: those batches are read through Spark's source."""
+    """How typed batches' workers read ``topic`` themselves: ``lake.kafka_client`` in
+    librdkafka's names and ``lake.kafka_bootstrap``. None while the pipeline has
+    ``kafka_options`` (Java client names librdkafka would not take as they are): those batches
+    are read through Spark's source."""
     settings = lake.pipeline
     if settings.kafka_options:
         return None
-    return FetchSettings(
-        {"bootstrap.servers": lake.config.kafka_bootstrap}, topic, settings.fail_on_data_loss
-    )
+    client = {
+        **lake.config.kafka_client.librdkafka(),
+        "bootstrap.servers": lake.config.kafka_bootstrap,
+    }
+    return FetchSettings(client, topic, settings.fail_on_data_loss)
 
 
 def _offsets_text(boundary: Boundary, limit: int = 8) -> str:
@@ -306,7 +313,7 @@ def run_pipeline(
     settings = lake.pipeline
     with topic_lock(lake.checkpoint_dir, lake.namespace, topic):
         boundary = table.boundary()
-        offsets = topic_offsets(spark, lake.config.kafka_bootstrap, settings.kafka_options, topic)
+        offsets = topic_offsets(spark, lake.config, settings.kafka_options, topic)
         start = starting_offsets(offsets, boundary, settings.fail_on_data_loss, report)
         checkpoint = checkpoint_path(lake.checkpoint_dir, lake.namespace, topic, table.uuid)
         result = RunResult(table=f"{lake.namespace}.{topic}", boundary=dict(boundary))
@@ -346,7 +353,14 @@ def run_pipeline(
         else:
             stream = stream.trigger(processingTime=f"{settings.trigger_interval_seconds} seconds")
         query = stream.start()
-        _await(query, once, stop)
+        try:
+            _await(query, once, stop)
+        except PipelineError as error:
+            # Kafka may refuse reads it allowed the admin client (READ but no DESCRIBE ACL).
+            refused = refused_message(error, topic, lake.config, settings.kafka_options)
+            if refused is None:
+                raise
+            raise PipelineError(refused) from None
     result.seconds = time.monotonic() - began
     result.boundary = table.boundary()
     return result

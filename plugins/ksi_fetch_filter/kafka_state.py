@@ -3,6 +3,7 @@ topics by id) and high watermarks / last stable offsets (for cold partitions' re
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -28,6 +29,7 @@ class TopicIds:
         self._names: dict[uuid.UUID, str] = {}
         self._refreshed = float("-inf")
         self._min_refresh = min_refresh_seconds
+        self._pending: asyncio.Future[None] | None = None
 
     def name(self, topic_id: uuid.UUID) -> str | None:
         """The cached name of ``topic_id``."""
@@ -41,16 +43,28 @@ class TopicIds:
         """Make sure ``topic_ids`` are known, asking Kafka (all topics) at most once per
         ``min_refresh_seconds`` when some are not."""
         missing = [t for t in topic_ids if t not in self._names]
-        if not missing or time.monotonic() - self._refreshed < self._min_refresh:
+        if not missing:
+            return
+        if self._pending is not None:
+            # Another connection is asking right now: its answer is the one to wait for
+            # (returning early would leave this request's topics unnamed, so not served).
+            await asyncio.shield(self._pending)
+            return
+        if time.monotonic() - self._refreshed < self._min_refresh:
             return
         self._refreshed = time.monotonic()
-        request = build_request(
-            ApiKey.METADATA, _METADATA_VERSION, topics=None, allow_auto_topic_creation=False
-        )
-        response = await send(request)
-        for topic in response.topics:
-            if topic.error_code == ErrorCode.none and topic.name and topic.topic_id:
-                self.learn(topic.topic_id, topic.name)
+        self._pending = asyncio.get_running_loop().create_future()
+        try:
+            request = build_request(
+                ApiKey.METADATA, _METADATA_VERSION, topics=None, allow_auto_topic_creation=False
+            )
+            response = await send(request)
+            for topic in response.topics:
+                if topic.error_code == ErrorCode.none and topic.name and topic.topic_id:
+                    self.learn(topic.topic_id, topic.name)
+        finally:
+            self._pending.set_result(None)
+            self._pending = None
 
 
 class EndOffsets:
