@@ -31,14 +31,12 @@ from bergstream.core.lake import LakeConfig
 from bergstream.devstack.stack import stack_down, stack_up
 from bergstream.pipeline.session import attach_catalog, build_session
 from bergstream.pipeline.settings import LakePipelineConfig, resolve_pipeline_lake
-from bergstream.pipeline.stream import HEADERS_TYPE, run_pipeline
+from bergstream.pipeline.stream import kafka_rows, run_pipeline
 
 
 def baseline(spark: object, kafka: str, topic: str, target: Path) -> int:
     """Plain Spark: read the whole topic in one batch and write it as Parquet; rows written."""
-    from pyspark.sql import functions as F
-
-    frame = (
+    source = (
         spark.read.format("kafka")  # type: ignore[attr-defined]
         .option("kafka.bootstrap.servers", kafka)
         .option("subscribe", topic)
@@ -47,16 +45,8 @@ def baseline(spark: object, kafka: str, topic: str, target: Path) -> int:
         .option("kafka.isolation.level", "read_committed")
         .option("includeHeaders", "true")
         .load()
-        .select(
-            F.col("partition").alias("kafka_partition"),
-            F.col("offset").alias("kafka_offset"),
-            F.col("timestamp").alias("kafka_timestamp"),
-            F.col("timestampType").alias("kafka_timestamp_type"),
-            F.col("key").alias("kafka_key"),
-            F.coalesce(F.col("headers"), F.array().cast(HEADERS_TYPE)).alias("kafka_headers"),
-            F.col("value").alias("kafka_value"),
-        )
     )
+    frame = kafka_rows(source)
     frame.write.option("compression", "zstd").parquet(str(target))
     return spark.read.parquet(str(target)).count()  # type: ignore[attr-defined]
 

@@ -118,7 +118,6 @@ def _keep_condition(boundary: Boundary) -> Column:
 def _source(
     spark: SparkSession, lake: PipelineLake, topic: str, start: dict[str, dict[str, int]]
 ) -> DataFrame:
-    from pyspark.sql import functions as F
 
     settings = lake.pipeline
     reader = spark.readStream.format("kafka")
@@ -133,7 +132,15 @@ def _source(
     )
     if settings.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-    return reader.load().select(
+    return kafka_rows(reader.load())
+
+
+def kafka_rows(frame: DataFrame) -> DataFrame:
+    """The row contract's columns of a Spark Kafka source frame (``includeHeaders``), a record
+    without headers given an empty list."""
+    from pyspark.sql import functions as F
+
+    return frame.select(
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
         F.col("timestamp").alias("kafka_timestamp"),

@@ -23,7 +23,7 @@ from bergstream.pipeline.kafka_fetch import (
     plan_tasks,
     split_ranges,
 )
-from bergstream.pipeline.stream import HEADERS_TYPE
+from bergstream.pipeline.stream import kafka_rows
 from tests.pipeline.lake_testkit import Produced, produce
 
 pytestmark = pytest.mark.slow
@@ -70,9 +70,7 @@ def _spark_rows(spark: Any, bootstrap: str, topic: str, offsets: OffsetRange) ->
     """Spark's Kafka source's rows of ``offsets``, as the pipeline selects them."""
     import json
 
-    from pyspark.sql import functions as F
-
-    frame = (
+    source = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("assign", json.dumps({topic: [offsets.partition]}))
@@ -81,16 +79,8 @@ def _spark_rows(spark: Any, bootstrap: str, topic: str, offsets: OffsetRange) ->
         .option("startingOffsets", json.dumps({topic: {str(offsets.partition): offsets.start}}))
         .option("endingOffsets", json.dumps({topic: {str(offsets.partition): offsets.until}}))
         .load()
-        .select(
-            F.col("partition").alias("kafka_partition"),
-            F.col("offset").alias("kafka_offset"),
-            F.col("timestamp").alias("kafka_timestamp"),
-            F.col("timestampType").alias("kafka_timestamp_type"),
-            F.col("key").alias("kafka_key"),
-            F.coalesce(F.col("headers"), F.array().cast(HEADERS_TYPE)).alias("kafka_headers"),
-            F.col("value").alias("kafka_value"),
-        )
     )
+    frame = kafka_rows(source)
     return frame.toArrow().cast(FETCHED_SCHEMA).to_pylist()
 
 
