@@ -46,6 +46,9 @@ def session_conf(extra: dict[str, str] | None = None) -> dict[str, str]:
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "4",
+        # Spark's default plus the Kafka source's secrets that match none of its words: the JAAS
+        # line (username and password) and an inline PEM private key (mutual TLS).
+        "spark.redaction.regex": r"(?i)secret|password|token|access[.]?key|jaas|keystore[.]key",
     }
     conf.update(extra or {})
     return conf

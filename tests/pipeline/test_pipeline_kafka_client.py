@@ -258,3 +258,16 @@ def test_the_examples_read_the_stack_properties_file(
     assert secured.lake.kafka_client.sasl_username == "admin"
     plain = load_config(REPO / "examples" / example, registry=registry, env=env)
     assert plain.lake is not None and plain.lake.kafka_client.security_protocol == "PLAINTEXT"
+
+
+def test_spark_redacts_the_kafka_sources_secrets() -> None:
+    """Spark hides option values whose key or value matches ``spark.redaction.regex`` in plans,
+    logs and its UI: the JAAS line and an inline private key must match."""
+    import re
+
+    from bergstream.pipeline.session import session_conf
+
+    pattern = re.compile(session_conf()["spark.redaction.regex"])
+    for key in ("kafka.sasl.jaas.config", "kafka.ssl.keystore.key", "kafka.ssl.key.password"):
+        assert pattern.search(key), key
+    assert not pattern.search("kafka.bootstrap.servers")
