@@ -10,6 +10,11 @@ them, the :class:`.http.server.IskHttpService` in front, and the
 date. The typed layouts of the topics the config's ``codecs:`` section types
 (:class:`.tables.layouts.TopicLayouts`, with the process's shared Schema Registry client) are
 shared by the tables, the indexer and the built-in synthesizer.
+
+With ``principals``, each catalog and S3 request runs as the principal its credentials name, and
+sees only the topics Kafka lets that principal's own Kafka user DESCRIBE and READ
+(:class:`.kafka.authorization.TopicAuthorizer`); the data is still read with the service's
+``kafka_client``, once the principal's right to read it is confirmed.
 """
 
 from __future__ import annotations
@@ -17,9 +22,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import (
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from bergstream.core.api import (
     Bootstrap,
@@ -42,7 +53,15 @@ from bergstream.plugins.isk_gateway.files.batch_decoder import warm_up
 from bergstream.plugins.isk_gateway.files.hotset_layout import layout_name
 from bergstream.plugins.isk_gateway.files.hotset_parquet import HotsetDataSynthesizer
 from bergstream.plugins.isk_gateway.files.synthesis import ParquetCompression
+from bergstream.plugins.isk_gateway.http.principals import (
+    IskPrincipalConfig,
+    PrincipalDirectory,
+    merge_principal_kafka,
+    principals_errors,
+    secret_free_errors,
+)
 from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpService
+from bergstream.plugins.isk_gateway.kafka.authorization import TopicAuthorizer
 from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
 from bergstream.plugins.isk_gateway.tables.background_index import BackgroundIndexer
 from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider
@@ -104,12 +123,58 @@ class IskServiceConfig(StrictModel):
         "date (0: only on LoadTable)",
     )
 
+    principals: list[IskPrincipalConfig] = Field(
+        default_factory=list,
+        description="who may use the catalog and the S3 gateway, each with the Kafka "
+        "credentials whose rights decide what it sees (none: one identity, kafka_client, for "
+        "everyone, as before)",
+    )
+    authorization_cache_seconds: float = Field(
+        10.0,
+        ge=0,
+        description="how long Kafka's answer to which topics a principal may read is kept "
+        "(a revoked ACL takes effect within this time; 0: asked on every request)",
+    )
+
     @field_validator("cluster")
     @classmethod
     def _valid_cluster(cls, value: str) -> str:
         if not set(value) <= _CLUSTER_CHARS:
             raise ValueError("cluster must be letters, digits, '.', '_' or '-'")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _principals_kafka(cls, data: Any) -> Any:
+        """Each principal's Kafka settings made whole from the service's ``kafka_client``."""
+        if not isinstance(data, dict) or not isinstance(data.get("principals"), list):
+            return data
+        raw = data.get("kafka_client")
+        try:
+            service = (
+                raw
+                if isinstance(raw, KafkaClientSettings)
+                else KafkaClientSettings.model_validate(raw if raw is not None else {})
+            )
+        except ValidationError:
+            return data  # reported under kafka_client itself
+        merged = [merge_principal_kafka(entry, service) for entry in data["principals"]]
+        return {**data, "principals": merged}
+
+    @model_validator(mode="after")
+    def _unambiguous_principals(self) -> IskServiceConfig:
+        problems = principals_errors(self.principals, self.http.client_id is not None)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _secret_free(
+        cls, data: Any, handler: ModelWrapValidatorHandler[IskServiceConfig]
+    ) -> IskServiceConfig:
+        # Defined last, so it wraps the others: their errors' inputs hold the whole block.
+        return secret_free_errors(data, handler, cls.__name__)
 
 
 def _built_in_synthesizer(config: IskServiceConfig) -> FileSynthesizerChoice:
@@ -238,7 +303,7 @@ class IskService:
                 self.merged = MergedProvider(self.hotset, coldset)
                 providers[MERGED] = self.merged
             self.provider = NamespaceRouter(providers, store)
-            http = IskHttpService(c.http, self.provider)
+            http = IskHttpService(c.http, self.provider, self._principal_directory())
             await http.start()
             self.http = http
         except BaseException:
@@ -252,6 +317,25 @@ class IskService:
             self._indexer = asyncio.create_task(indexer.run())
         namespaces = ", ".join(await self.provider.list_namespaces())
         log.info("isk: catalog %s, s3 %s, namespaces %s", self.catalog_url, self.s3_url, namespaces)
+
+    def _principal_directory(self) -> PrincipalDirectory | None:
+        """The configured principals, each deciding with its own Kafka credentials; None
+        without principals."""
+        c = self.config
+        if not c.principals:
+            return None
+        authorizer = TopicAuthorizer(
+            c.kafka_bootstrap,
+            ttl_seconds=c.authorization_cache_seconds,
+            client_id=f"bergstream-isk-{c.cluster}-authz",
+        )
+        return PrincipalDirectory(
+            c.principals,
+            root_access_key=c.http.access_key,
+            root_secret=c.http.secret_key.get_secret_value(),
+            token_ttl_seconds=c.http.token_ttl_seconds,
+            readable=authorizer.readable,
+        )
 
     async def stop(self) -> None:
         """Close the listeners, the backends and the Kafka connections; safe to call twice."""

@@ -4,8 +4,18 @@ Routes, under ``/v1/`` and, when a prefix is configured, ``/v1/{prefix}/``: ``GE
 namespaces GET/HEAD, table listing, table GET/HEAD (``If-None-Match`` -> 304), ``credentials``,
 ``metrics`` (-> 204) and, when OAuth client credentials are configured, ``POST /v1/oauth/tokens``
 (then a bearer token is required everywhere else). Every write is refused with 403 and an
-``IcebergErrorResponse``. Paths are parsed by hand so that every answer, including unknown routes,
-has the error type clients expect (``NoSuchTableException`` for anything under ``/tables/{t}``).
+``IcebergErrorResponse``.
+
+With principals (:mod:`.principals`), every request but the token endpoint runs as one: a bearer
+token issued for its OAuth client, or HTTP Basic credentials; none or wrong ones answer 401. It
+lists, loads and vends credentials only for the tables whose topic Kafka lets the principal
+DESCRIBE and READ; any other table answers 404 ``NoSuchTableException``, as if it did not exist
+(clients treat it as absent: PyIceberg's ``table_exists`` is False, ``load_table`` raises
+``NoSuchTableError``; a 403 would tell that the topic exists, and make ``table_exists`` raise).
+LoadTable vends the principal's own S3 key pair.
+
+Paths are parsed by hand so that every answer, including unknown routes, has the error type
+clients expect (``NoSuchTableException`` for anything under ``/tables/{t}``).
 """
 
 from __future__ import annotations
@@ -24,6 +34,11 @@ from urllib.parse import parse_qsl, unquote
 from aiohttp import web
 
 from bergstream.plugins.isk_gateway.http.logfields import client_fields
+from bergstream.plugins.isk_gateway.http.principals import (
+    Principal,
+    PrincipalDirectory,
+    PrincipalRefused,
+)
 from bergstream.plugins.isk_gateway.tables.provider import (
     LoadedTable,
     NoSuchNamespace,
@@ -64,6 +79,8 @@ class CatalogSettings:
     client_id: str | None = None
     client_secret: str | None = None
     token_ttl_seconds: int = 3600
+    #: With principals: who may use the catalog, and what each may see.
+    principals: PrincipalDirectory | None = None
 
 
 class _Error(Exception):
@@ -80,7 +97,10 @@ class RestCatalogApp:
     def __init__(self, provider: TableProvider, settings: CatalogSettings) -> None:
         self.provider = provider
         self.settings = settings
-        self.auth = settings.client_id is not None and settings.client_secret is not None
+        self.principals = settings.principals
+        self.auth = self.principals is not None or (
+            settings.client_id is not None and settings.client_secret is not None
+        )
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -98,7 +118,7 @@ class RestCatalogApp:
             rest = segments[1:]
             if rest == ["oauth", "tokens"]:
                 return await self._tokens(request)
-            self._authorize(request)
+            principal = self._authorize(request)
             if rest == ["config"]:
                 _only(request, "GET")
                 return self._config()
@@ -109,9 +129,12 @@ class RestCatalogApp:
                 if request.method not in ("GET", "HEAD"):
                     raise _Error(403, "ForbiddenException", "This catalog is read-only")
                 raise _Error(404, "NotFoundException", "No route for this path")
-            return await self._namespaces(request, rest[1:], head)
+            return await self._namespaces(request, rest[1:], head, principal)
         except _Error as exc:
             return _error(exc, head)
+        except PrincipalRefused as exc:
+            log.warning("REST catalog: %s", exc, extra=client_fields(request))
+            return _error(_Error(401, "NotAuthorizedException", str(exc)), head)
         except TableNotServable as exc:
             log.warning("REST catalog: %s", exc, extra=client_fields(request))
             return _error(_Error(500, "ServiceFailureException", str(exc)), head)
@@ -134,7 +157,7 @@ class RestCatalogApp:
             return _error(_Error(500, "InternalServerError", "Internal server error"), head)
 
     async def _namespaces(
-        self, request: web.Request, rest: list[str], head: bool
+        self, request: web.Request, rest: list[str], head: bool, principal: Principal | None
     ) -> web.StreamResponse:
         method = request.method
         if not rest:
@@ -160,20 +183,31 @@ class RestCatalogApp:
                 tables = await self.provider.list_tables(namespace)
             except NoSuchNamespace as exc:
                 raise _no_namespace(namespace) from exc
+            if principal is not None:
+                readable = await self._readable(principal)
+                tables = [t for t in tables if t in readable]
             return _json({"identifiers": [{"namespace": [namespace], "name": t} for t in tables]})
         table = rest[2]
         tail = rest[3:]
         try:
+            if principal is not None and table not in await self._readable(principal):
+                if method not in ("GET", "HEAD", "POST"):
+                    raise _Error(403, "ForbiddenException", "This catalog is read-only")
+                # As if absent: whether the topic exists is not the principal's to know.
+                raise _Error(
+                    404, "NoSuchTableException", f"Table does not exist: {namespace}.{table}"
+                )
             if not tail:
                 _only(request, "GET", "HEAD")
-                return await self._load(request, namespace, table, head)
+                return await self._load(request, namespace, table, head, principal)
             if tail == ["credentials"]:
                 _only(request, "GET")
                 await self._loaded(namespace, table)
+                config = self._s3_config(principal)
                 return _json(
                     {
                         "storage-credentials": [
-                            {"prefix": f"s3://{self.settings.bucket}/", "config": self._s3_config()}
+                            {"prefix": f"s3://{self.settings.bucket}/", "config": config}
                         ]
                     }
                 )
@@ -196,7 +230,12 @@ class RestCatalogApp:
         return _json({"defaults": {}, "overrides": overrides, "endpoints": ENDPOINTS})
 
     async def _load(
-        self, request: web.Request, namespace: str, table: str, head: bool
+        self,
+        request: web.Request,
+        namespace: str,
+        table: str,
+        head: bool,
+        principal: Principal | None,
     ) -> web.StreamResponse:
         loaded = await self._loaded(namespace, table)
         etag = _table_etag(loaded.metadata_location)
@@ -210,7 +249,7 @@ class RestCatalogApp:
         body = {
             "metadata-location": loaded.metadata_location,
             "metadata": loaded.metadata,
-            "config": self._s3_config(),
+            "config": self._s3_config(principal),
         }
         return _json(body, headers={"ETag": etag})
 
@@ -228,13 +267,23 @@ class RestCatalogApp:
         except NoSuchNamespace as exc:
             raise _no_namespace(namespace) from exc
 
-    def _s3_config(self) -> dict[str, str]:
+    async def _readable(self, principal: Principal) -> frozenset[str]:
+        assert self.principals is not None
+        return await self.principals.readable(principal)
+
+    def _s3_config(self, principal: Principal | None) -> dict[str, str]:
         s = self.settings
+        # With principals, each gets its own key pair; the configured one is only their root.
+        access_key, secret_key = (
+            (principal.access_key, principal.secret_key)
+            if principal is not None
+            else (s.access_key, s.secret_key)
+        )
         return {
             "s3.endpoint": s.s3_endpoint,
             "s3.path-style-access": "true",
-            "s3.access-key-id": s.access_key,
-            "s3.secret-access-key": s.secret_key,
+            "s3.access-key-id": access_key,
+            "s3.secret-access-key": secret_key,
             "s3.region": s.region,
             "client.region": s.region,
         }
@@ -248,21 +297,17 @@ class RestCatalogApp:
             raise _Error(405, "MethodNotAllowedException", "Use POST")
         form = dict(parse_qsl((await request.read()).decode("utf-8", "replace")))
         grant = form.get("grant_type", "")
+        if self.principals is not None:
+            return self._principal_token(request, form, self.principals)
         if grant == _TOKEN_EXCHANGE:
             if not self._token_valid(form.get("subject_token", "")):
                 return _oauth_error("invalid_grant", "The subject token is invalid or expired")
         elif grant == "client_credentials":
-            client_id, client_secret = form.get("client_id"), form.get("client_secret")
-            basic = request.headers.get("Authorization", "")
-            if basic.lower().startswith("basic "):
-                try:
-                    decoded = base64.b64decode(basic[6:].strip(), validate=True).decode()
-                except (binascii.Error, UnicodeDecodeError):
-                    return _oauth_error("invalid_client", "Malformed Basic credentials")
-                client_id, _, client_secret = decoded.partition(":")
-                client_id, client_secret = unquote(client_id), unquote(client_secret)
-            if client_id is None and client_secret and ":" in client_secret:
-                client_id, _, client_secret = client_secret.partition(":")
+            try:
+                client_id, client_secret = _client_credentials(request, form)
+            except ValueError:
+                return _oauth_error("invalid_client", "Malformed Basic credentials")
+            assert self.settings.client_id is not None and self.settings.client_secret is not None
             if not (
                 client_id is not None
                 and client_secret is not None
@@ -283,6 +328,45 @@ class RestCatalogApp:
             }
         )
 
+    def _principal_token(
+        self, request: web.Request, form: dict[str, str], principals: PrincipalDirectory
+    ) -> web.Response:
+        """``client_credentials`` for a principal's OAuth client, or ``token-exchange`` of a
+        valid token (a refresh): a token naming the principal."""
+        grant = form.get("grant_type", "")
+        principal: Principal | None
+        if grant == _TOKEN_EXCHANGE:
+            principal = principals.token_principal(form.get("subject_token", ""))
+            if principal is None:
+                return _oauth_error("invalid_grant", "The subject token is invalid or expired")
+        elif grant == "client_credentials":
+            try:
+                client_id, client_secret = _client_credentials(request, form)
+            except ValueError:
+                return _oauth_error("invalid_client", "Malformed Basic credentials")
+            principal = (
+                principals.client(client_id, client_secret)
+                if client_id is not None and client_secret is not None
+                else None
+            )
+            if principal is None:
+                log.info(
+                    "REST catalog: refused client credentials for client %r",
+                    client_id,
+                    extra=client_fields(request),
+                )
+                return _oauth_error("invalid_client", "Unknown client or wrong secret")
+        else:
+            return _oauth_error("unsupported_grant_type", f"Unsupported grant_type {grant!r}")
+        return _json(
+            {
+                "access_token": principals.issue_token(principal),
+                "token_type": "bearer",
+                "expires_in": principals.token_ttl_seconds,
+                "issued_token_type": _ACCESS_TOKEN_TYPE,
+            }
+        )
+
     def _issue_token(self) -> str:
         expiry = str(int(time.time()) + self.settings.token_ttl_seconds)
         return f"{expiry}.{self._mac(expiry)}"
@@ -297,13 +381,71 @@ class RestCatalogApp:
             return False
         return hmac.compare_digest(mac.encode(), self._mac(expiry).encode())
 
-    def _authorize(self, request: web.Request) -> None:
+    def _authorize(self, request: web.Request) -> Principal | None:
+        """The principal the request runs as (None without principals); 401 when it is not
+        authenticated as the catalog requires."""
         if not self.auth:
-            return
+            return None
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not self._token_valid(token.strip()):
-            raise _Error(401, "NotAuthorizedException", "Missing or invalid bearer token")
+        if self.principals is None:
+            if scheme.lower() != "bearer" or not self._token_valid(token.strip()):
+                raise _Error(401, "NotAuthorizedException", "Missing or invalid bearer token")
+            return None
+        principal: Principal | None = None
+        if scheme.lower() == "bearer":
+            principal = self.principals.token_principal(token.strip())
+            if principal is None:
+                raise _Error(
+                    401, "NotAuthorizedException", "Invalid or expired bearer token: get a new one"
+                )
+        elif scheme.lower() == "basic":
+            user, password = _basic(token)
+            if user is not None and password is not None:
+                principal = self.principals.basic(user, password)
+            if principal is None:
+                log.info(
+                    "REST catalog: refused Basic credentials for user %r",
+                    user,
+                    extra=client_fields(request),
+                )
+                raise _Error(401, "NotAuthorizedException", "Unknown user or wrong password")
+        else:
+            raise _Error(
+                401,
+                "NotAuthorizedException",
+                "Authentication required: a bearer token from POST /v1/oauth/tokens "
+                "(client credentials) or HTTP Basic credentials",
+            )
+        return principal
+
+
+def _basic(encoded: str) -> tuple[str | None, str | None]:
+    """``user, password`` of HTTP Basic credentials; ``None, None`` when malformed."""
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None, None
+    user, colon, password = decoded.partition(":")
+    return (user, password) if colon else (None, None)
+
+
+def _client_credentials(
+    request: web.Request, form: dict[str, str]
+) -> tuple[str | None, str | None]:
+    """The client id and secret of a ``client_credentials`` grant: from HTTP Basic (RFC 6749
+    2.3.1, form-encoded parts), else the form (an ``id:secret`` secret split when the id is
+    missing); ``ValueError`` for malformed Basic credentials."""
+    client_id, client_secret = form.get("client_id"), form.get("client_secret")
+    basic = request.headers.get("Authorization", "")
+    if basic.lower().startswith("basic "):
+        user, password = _basic(basic[6:])
+        if user is None or password is None:
+            raise ValueError("malformed Basic credentials")
+        client_id, client_secret = unquote(user), unquote(password)
+    if client_id is None and client_secret and ":" in client_secret:
+        client_id, _, client_secret = client_secret.partition(":")
+    return client_id, client_secret
 
 
 def _only(request: web.Request, *methods: str) -> None:

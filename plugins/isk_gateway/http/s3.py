@@ -1,7 +1,14 @@
 """The S3 gateway: one read-only bucket whose objects are the files a :class:`TableProvider` serves.
 
 Path-style addressing only (``/{bucket}/{key}``). Every request must be SigV4-signed with the
-configured key. Objects: GET/HEAD with single ``Range`` forms (``bytes=a-b``, ``bytes=a-``,
+configured key, or, with principals (:mod:`.principals`), with the key pair LoadTable vended to
+one: the access key id names the principal, its secret checks the signature (the configured pair
+is then only their root and is refused). A principal reads, and lists, only the objects of tables
+whose topic Kafka lets it DESCRIBE and READ; any other object answers 403 ``AccessDenied`` even
+under a valid signature. The files themselves are built with the gateway's own Kafka connection,
+only after that check: they are the same bytes for everyone who may read them, and cached so.
+
+Objects: GET/HEAD with single ``Range`` forms (``bytes=a-b``, ``bytes=a-``,
 ``bytes=-N``), ``If-Match``/``If-None-Match``; bucket: HEAD, ``?location``, ListObjectsV2.
 ETags derive from key and size (a key encodes everything needed to rebuild its file, so the
 same key always has the same bytes); Last-Modified is the gateway's start time, stable per key.
@@ -20,7 +27,13 @@ from xml.sax.saxutils import escape
 from aiohttp import web
 
 from bergstream.plugins.isk_gateway.http.logfields import client_fields
+from bergstream.plugins.isk_gateway.http.principals import (
+    Principal,
+    PrincipalDirectory,
+    PrincipalRefused,
+)
 from bergstream.plugins.isk_gateway.http.sigv4 import SigV4Error, verify_sigv4
+from bergstream.plugins.isk_gateway.tables.paths import NAMESPACES
 from bergstream.plugins.isk_gateway.tables.provider import (
     NoSuchFile,
     ProviderUnavailable,
@@ -73,8 +86,10 @@ class S3Gateway:
         access_key: str,
         secret_key: str,
         region: str,
+        principals: PrincipalDirectory | None = None,
     ) -> None:
         self.provider = provider
+        self.principals = principals
         self.bucket = bucket
         self.access_key = access_key
         self.secret_key = secret_key
@@ -93,17 +108,7 @@ class S3Gateway:
         head = request.method == "HEAD"
         raw_path, raw_query = _raw_target(request)
         try:
-            try:
-                verify_sigv4(
-                    method=request.method,
-                    raw_path=raw_path,
-                    raw_query=raw_query,
-                    headers=request.headers,
-                    access_key=self.access_key,
-                    secret_key=self.secret_key,
-                )
-            except SigV4Error as exc:
-                raise S3Error("AccessDenied", f"Access Denied: {exc}") from exc
+            principal = self._authenticate(request, raw_path, raw_query)
             if request.method not in ("GET", "HEAD"):
                 raise S3Error("AccessDenied", "This gateway is read-only")
             bucket, _, raw_key = raw_path.lstrip("/").partition("/")
@@ -113,10 +118,18 @@ class S3Gateway:
             if bucket != self.bucket:
                 raise S3Error("NoSuchBucket", "The specified bucket does not exist")
             if not raw_key:
-                return await self._bucket(raw_query, head)
-            return await self._object(request, _checked_key(unquote(raw_key)), head)
+                return await self._bucket(raw_query, head, principal)
+            key = _checked_key(unquote(raw_key))
+            # With principals, a key that names no readable table is refused (one that names
+            # no table at all is no file the gateway serves).
+            if principal is not None and _key_topic(key) not in await self._readable(principal):
+                raise S3Error("AccessDenied", "Access Denied")
+            return await self._object(request, key, head)
         except S3Error as exc:
             return self._error(exc, raw_path, head)
+        except PrincipalRefused as exc:
+            log.warning("S3 gateway: %s", exc, extra=client_fields(request))
+            return self._error(S3Error("AccessDenied", f"Access Denied: {exc}"), raw_path, head)
         except ProviderUnavailable as exc:
             return self._error(
                 S3Error("SlowDown", f"Please reduce your request rate: {exc}"), raw_path, head
@@ -126,6 +139,40 @@ class S3Gateway:
                 "S3 gateway failed on %s %s", request.method, raw_path, extra=client_fields(request)
             )
             return self._error(S3Error("InternalError", "Internal error"), raw_path, head)
+
+    def _authenticate(
+        self, request: web.Request, raw_path: str, raw_query: str
+    ) -> Principal | None:
+        """The principal whose key signed the request (None without principals);
+        AccessDenied unless the signature is valid."""
+        try:
+            if self.principals is None:
+                verify_sigv4(
+                    method=request.method,
+                    raw_path=raw_path,
+                    raw_query=raw_query,
+                    headers=request.headers,
+                    access_key=self.access_key,
+                    secret_key=self.secret_key,
+                )
+                return None
+            key_id = verify_sigv4(
+                method=request.method,
+                raw_path=raw_path,
+                raw_query=raw_query,
+                headers=request.headers,
+                keys=self.principals.s3_secrets,
+            )
+        except SigV4Error as exc:
+            raise S3Error("AccessDenied", f"Access Denied: {exc}") from exc
+        principal = self.principals.by_access_key(key_id)
+        if principal is None:  # the directory's own keys: cannot happen
+            raise S3Error("AccessDenied", "Access Denied: unknown access key")
+        return principal
+
+    async def _readable(self, principal: Principal) -> frozenset[str]:
+        assert self.principals is not None
+        return await self.principals.readable(principal)
 
     async def _object(self, request: web.Request, key: str, head: bool) -> web.StreamResponse:
         range_header = request.headers.get("Range")
@@ -196,7 +243,9 @@ class S3Gateway:
         await response.write_eof()
         return response
 
-    async def _bucket(self, raw_query: str, head: bool) -> web.StreamResponse:
+    async def _bucket(
+        self, raw_query: str, head: bool, principal: Principal | None
+    ) -> web.StreamResponse:
         if head:
             return web.Response(status=200, headers={"x-amz-bucket-region": self.region})
         query = dict(parse_qsl(raw_query, keep_blank_values=True))
@@ -205,9 +254,11 @@ class S3Gateway:
                 f'<LocationConstraint xmlns="{_XML_NS}">{escape(self.region)}</LocationConstraint>'
             )
             return _xml(body)
-        return await self._list_objects_v2(query)
+        return await self._list_objects_v2(query, principal)
 
-    async def _list_objects_v2(self, query: dict[str, str]) -> web.Response:
+    async def _list_objects_v2(
+        self, query: dict[str, str], principal: Principal | None
+    ) -> web.Response:
         prefix = query.get("prefix", "")
         delimiter = query.get("delimiter", "")
         try:
@@ -229,9 +280,13 @@ class S3Gateway:
         truncated = False
         last = ""
         limit = max(2 * max_keys, 64)
+        readable = await self._readable(principal) if principal is not None else None
         while True:
             keys = await self.provider.list_keys(prefix, limit)
-            contents, prefixes, truncated, last = _page(keys, prefix, delimiter, after, max_keys)
+            visible = (
+                keys if readable is None else [k for k in keys if _key_topic(k[0]) in readable]
+            )
+            contents, prefixes, truncated, last = _page(visible, prefix, delimiter, after, max_keys)
             if truncated or len(keys) < limit:
                 break
             limit *= 4
@@ -331,6 +386,15 @@ def _page(
         count += 1
         last = entry
     return contents, prefixes, False, last
+
+
+def _key_topic(key: str) -> str | None:
+    """The topic of a key under ``<cluster>/<namespace>/<topic>/``; None for any other key
+    (which names no table, so no file either)."""
+    parts = key.split("/", 3)
+    if len(parts) < 4 or parts[1] not in NAMESPACES or not parts[2]:
+        return None
+    return unquote(parts[2])
 
 
 def _checked_key(key: str) -> str:

@@ -11,6 +11,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from bergstream.core.api import StrictModel
 from bergstream.plugins.isk_gateway.http.catalog import CatalogSettings, RestCatalogApp
+from bergstream.plugins.isk_gateway.http.principals import PrincipalDirectory
 from bergstream.plugins.isk_gateway.http.s3 import S3Gateway
 from bergstream.plugins.isk_gateway.tables.provider import TableProvider
 
@@ -118,9 +119,16 @@ class IskHttpService:
 
     name = "isk-http"
 
-    def __init__(self, config: IskHttpConfig, provider: TableProvider) -> None:
+    def __init__(
+        self,
+        config: IskHttpConfig,
+        provider: TableProvider,
+        principals: PrincipalDirectory | None = None,
+    ) -> None:
         self.config = config
         self.provider = provider
+        #: With principals, every request runs as one (see :mod:`.principals`).
+        self.principals = principals
         self._runners: list[web.AppRunner] = []
         self.catalog_url: str | None = None
         self.s3_url: str | None = None
@@ -140,6 +148,7 @@ class IskHttpService:
                     access_key=c.access_key,
                     secret_key=c.secret_key.get_secret_value(),
                     region=c.region,
+                    principals=self.principals,
                 ).app(),
                 c.s3_host,
                 c.s3_port,
@@ -156,6 +165,7 @@ class IskHttpService:
                 client_id=c.client_id,
                 client_secret=c.client_secret.get_secret_value() if c.client_secret else None,
                 token_ttl_seconds=c.token_ttl_seconds,
+                principals=self.principals,
             )
             catalog_port = await self._listen(
                 RestCatalogApp(self.provider, settings).app(),

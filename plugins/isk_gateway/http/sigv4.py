@@ -36,14 +36,18 @@ def verify_sigv4(
     raw_path: str,
     raw_query: str,
     headers: Mapping[str, str],
-    access_key: str,
-    secret_key: str,
+    access_key: str | None = None,
+    secret_key: str | None = None,
+    keys: Mapping[str, str] | None = None,
     now: dt.datetime | None = None,
-) -> None:
-    """Raise :class:`SigV4Error` unless the request carries a valid SigV4 signature.
+) -> str:
+    """The access key id of the request; :class:`SigV4Error` unless it carries a valid SigV4
+    signature made with that key's secret.
 
-    ``raw_path`` and ``raw_query`` are as received (still percent-encoded); ``headers`` is
-    case-insensitive (aiohttp's ``CIMultiDictProxy``) or has lower-case keys.
+    The accepted keys are ``keys`` (access key id -> secret key) when given, else the one pair
+    ``access_key`` / ``secret_key``. ``raw_path`` and ``raw_query`` are as received (still
+    percent-encoded); ``headers`` is case-insensitive (aiohttp's ``CIMultiDictProxy``) or has
+    lower-case keys.
     """
     now = now or dt.datetime.now(dt.UTC)
     params = _parse_query(raw_query)
@@ -71,8 +75,7 @@ def verify_sigv4(
     if len(parts) != 5 or parts[4] != "aws4_request" or parts[3] != "s3":
         raise SigV4Error("malformed credential scope")
     key_id, date_stamp, region, service, _ = parts
-    if not hmac.compare_digest(key_id.encode(), access_key.encode()):
-        raise SigV4Error("unknown access key")
+    secret_key = _secret_of(key_id, access_key, secret_key, keys)
     try:
         signed_at = dt.datetime.strptime(amz_date, sigv4.AMZ_DATE_FORMAT).replace(tzinfo=dt.UTC)
     except ValueError as exc:
@@ -108,6 +111,26 @@ def verify_sigv4(
     expected = sigv4.signature(key, to_sign)
     if not hmac.compare_digest(expected.encode(), signature.encode()):
         raise SigV4Error("signature does not match")
+    return key_id
+
+
+def _secret_of(
+    key_id: str,
+    access_key: str | None,
+    secret_key: str | None,
+    keys: Mapping[str, str] | None,
+) -> str:
+    """The secret of ``key_id`` among the accepted keys; :class:`SigV4Error` if it is unknown."""
+    if keys is not None:
+        found = keys.get(key_id)
+        if found is None:
+            raise SigV4Error("unknown access key")
+        return found
+    if access_key is None or secret_key is None:
+        raise TypeError("verify_sigv4 needs keys, or access_key and secret_key")
+    if not hmac.compare_digest(key_id.encode(), access_key.encode()):
+        raise SigV4Error("unknown access key")
+    return secret_key
 
 
 def _from_header(authorization: str, headers: Mapping[str, str]) -> tuple[str, str, str, str]:
