@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from bergstream.core.api import LOG_APPEND_TIME, BatchInfo, Record, build_batch, record_batch
+from bergstream.plugins.ksi_fetch_filter.batch_encoder import encode_cold_batches
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdRead
 
 _RECORD_OVERHEAD = 24  # varints and attributes of one record, roughly
@@ -52,13 +53,11 @@ def _same_batch(first: tuple[int, Record], row: tuple[int, Record]) -> bool:
     return row[0] != LOG_APPEND_TIME or row[1].timestamp == first[1].timestamp
 
 
-def build_cold_batches(
+def build_cold_batches_reference(
     read: ColdRead, budget: int, batch_max_bytes: int, *, first_in_response: bool
 ) -> ColdBatches:
-    """Encode rows of ``read`` as batches totalling at most ``budget`` bytes; with
-    ``first_in_response`` the first batch is returned even when it alone is larger (KIP-74),
-    so a consumer always progresses. When the rows end the partition's cold rows, the last
-    batch claims the offsets up to the boundary."""
+    """:func:`build_cold_batches` one :class:`Record` at a time through the reference builder
+    (``build_batch``): what the compiled encoder is tested against, byte for byte."""
     out = bytearray()
     pending: list[tuple[int, Record]] = []
     pending_size = record_batch.HEADER_SIZE
@@ -107,3 +106,17 @@ def build_cold_batches(
     if not done:
         flush()
     return ColdBatches(bytes(out), next_offset, count)
+
+
+def build_cold_batches(
+    read: ColdRead, budget: int, batch_max_bytes: int, *, first_in_response: bool
+) -> ColdBatches:
+    """Encode rows of ``read`` as batches totalling at most ``budget`` bytes; with
+    ``first_in_response`` the first batch is returned even when it alone is larger (KIP-74),
+    so a consumer always progresses. When the rows end the partition's cold rows, the last
+    batch claims the offsets up to the boundary. Written from the segment's Arrow columns by
+    the compiled encoder (:mod:`.batch_encoder`), byte for byte as the reference builder."""
+    encoded = encode_cold_batches(
+        read, budget, batch_max_bytes, first_in_response=first_in_response
+    )
+    return ColdBatches(encoded.data, encoded.next_offset, encoded.records)
