@@ -14,6 +14,25 @@ since the machine is shared.
 
     .venv/bin/python bench/pipeline_throughput.py [--records 1000000] [--max-offsets-per-trigger N]
 
+**On a Spark standalone cluster** (``--master spark://HOST:PORT``) the bench takes the master URL
+of a *running* cluster with at least two workers of ``--worker-cores`` cores each (it starts and
+stops no workers) and measures both copies twice: on one worker and on two. The application's
+executors are confined by ``spark.executor.cores`` = ``--worker-cores`` and ``spark.cores.max`` =
+workers x ``--worker-cores``, so each executor fills one worker; each configuration is its own
+application, measured once its executors have registered and fetched the jars. Its Kafka is the
+bench's own, on 127.0.0.1, so the workers must run on this machine. A cluster of two one-core
+workers from the installed PySpark (``SPARK_HOME=$(python -c 'from pyspark.find_spark_home
+import _find_spark_home as h; print(h())')``)::
+
+    $SPARK_HOME/bin/spark-class org.apache.spark.deploy.master.Master --host 127.0.0.1 --port 7077 &
+    $SPARK_HOME/bin/spark-class org.apache.spark.deploy.worker.Worker --host 127.0.0.1 \
+        --cores 1 --memory 1536m spark://127.0.0.1:7077 &          # twice: two workers
+    .venv/bin/python bench/pipeline_throughput.py --master spark://127.0.0.1:7077 --records 300000
+
+The JSON summary then adds ``workers``: records/s and MB/s of both copies per worker count, and
+``scaling``: the pipeline's records/s on two workers over one; its ``pipeline_*``, ``baseline_*``
+and ``ratio`` are those on two workers.
+
 """
 
 from __future__ import annotations
@@ -23,14 +42,21 @@ import json
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from benchkit import create_topic, perf_produce
 
 from bergstream.core.lake import LakeConfig
 from bergstream.devstack.stack import stack_down, stack_up
 from bergstream.pipeline.session import attach_catalog, build_session
-from bergstream.pipeline.settings import LakePipelineConfig, resolve_pipeline_lake
+from bergstream.pipeline.settings import (
+    LakePipelineConfig,
+    check_master,
+    is_local_master,
+    resolve_pipeline_lake,
+)
 from bergstream.pipeline.stream import kafka_rows, run_pipeline
 
 
@@ -51,6 +77,122 @@ def baseline(spark: object, kafka: str, topic: str, target: Path) -> int:
     return spark.read.parquet(str(target)).count()  # type: ignore[attr-defined]
 
 
+@dataclass
+class Timings:
+    """Wall seconds of every round of both copies on one Spark application."""
+
+    pipeline: list[float] = field(default_factory=list)
+    baseline: list[float] = field(default_factory=list)
+    batches: int = 0
+
+    def figures(self, records: int, megabytes: float) -> dict[str, float]:
+        """Best round of each copy as seconds, records/s and MB/s, and their ratio."""
+        pipeline_s, baseline_s = min(self.pipeline), min(self.baseline)
+        return {
+            "pipeline_seconds": round(pipeline_s, 2),
+            "pipeline_records_s": round(records / pipeline_s),
+            "pipeline_mb_s": round(megabytes / pipeline_s, 1),
+            "pipeline_batches": self.batches,
+            "baseline_seconds": round(baseline_s, 2),
+            "baseline_records_s": round(records / baseline_s),
+            "baseline_mb_s": round(megabytes / baseline_s, 1),
+            "ratio": round(baseline_s / pipeline_s, 3),
+        }
+
+
+def measure(
+    spark: Any,
+    args: argparse.Namespace,
+    kafka: str,
+    topic: str,
+    home: Path,
+    workdir: Path,
+    label: str,
+) -> Timings:
+    """Both copies ``args.rounds`` times each, alternating, on ``spark``; every pipeline round
+    into a fresh table (its namespace named after ``label`` and the round)."""
+    timings = Timings()
+    for round_ in range(args.rounds):
+        # Alternate which goes first, so JVM warm-up and caches favour neither.
+        order = ("baseline", "pipeline") if round_ % 2 == 0 else ("pipeline", "baseline")
+        for which in order:
+            began = time.monotonic()
+            if which == "baseline":
+                target = workdir / f"baseline-{label}-{round_}"
+                rows = baseline(spark, kafka, topic, target)
+                assert rows == args.records, f"baseline copied {rows:,} records"
+                timings.baseline.append(time.monotonic() - began)
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                lake = resolve_pipeline_lake(
+                    LakeConfig(kafka_bootstrap=kafka, namespace=f"bench_{label}_{round_}"),
+                    home=home,
+                    pipeline=LakePipelineConfig(
+                        max_offsets_per_trigger=args.max_offsets_per_trigger
+                    ),
+                )
+                attach_catalog(spark, lake)
+                result = run_pipeline(spark, lake, topic, once=True, report=print)
+                assert result.records == args.records, f"copied {result.records:,}"
+                timings.pipeline.append(time.monotonic() - began)
+                timings.batches = result.batches
+            print(f"{label} round {round_}: {which} {time.monotonic() - began:.1f} s", flush=True)
+    return timings
+
+
+def executors(spark: Any) -> int:
+    """Executors registered with the application now (the driver not counted)."""
+    return int(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()) - 1
+
+
+def cluster_session(args: argparse.Namespace, workers: int) -> Any:
+    """An application on ``args.master`` whose executors fill ``workers`` workers, once they
+    have all registered."""
+    cores = args.worker_cores
+    spark = build_session(
+        {
+            "spark.driver.memory": args.driver_memory,
+            "spark.executor.memory": args.executor_memory,
+            "spark.executor.cores": str(cores),
+            "spark.cores.max": str(cores * workers),
+            "spark.app.name": f"bergstream-bench-{workers}-workers",
+            # The bench's Kafka and the workers are on this machine: so is the driver.
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+        },
+        args.master,
+    )
+    deadline = time.monotonic() + 120
+    while executors(spark) < workers:
+        if time.monotonic() > deadline:
+            spark.stop()
+            raise SystemExit(
+                f"{args.master}: {executors(spark)} of {workers} executor(s) registered in "
+                f"120 s; the cluster needs {workers} alive workers with {cores} free core(s) and "
+                f"{args.executor_memory} each (--worker-cores, --executor-memory)"
+            )
+        time.sleep(0.5)
+    # One task per core before the clock starts: each executor fetches the jars from the
+    # driver at its first task (some 180 MB), which no round should pay for.
+    spark.range(0, 1000, 1, cores * workers * 2).count()
+    return spark
+
+
+def print_figures(figures: dict[str, float], rounds: int, where: str) -> None:
+    """The human-readable lines of one configuration."""
+    print(
+        f"pipeline{where}: {figures['pipeline_records_s']:,} records/s, "
+        f"{figures['pipeline_mb_s']} MB/s ({figures['pipeline_seconds']:.1f} s, "
+        f"{figures['pipeline_batches']} commit(s), best of {rounds})"
+    )
+    print(
+        f"baseline{where}: {figures['baseline_records_s']:,} records/s, "
+        f"{figures['baseline_mb_s']} MB/s ({figures['baseline_seconds']:.1f} s, "
+        f"Spark Kafka -> Parquet, best of {rounds})"
+    )
+    print(f"ratio pipeline/baseline{where}: {figures['ratio']:.3f}")
+
+
 def main() -> None:
     """Run the benchmark; print both figures and the ratio (JSON on the last line)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -65,78 +207,82 @@ def main() -> None:
     )
     parser.add_argument("--driver-memory", default="3g")
     parser.add_argument("--rounds", type=int, default=2, help="best of this many runs each")
+    parser.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master: local[N] (default local[2]) or spark://HOST:PORT of a running "
+        "standalone cluster with two workers on this machine (measured on one, then two)",
+    )
+    parser.add_argument(
+        "--worker-cores", type=int, default=1, help="cores of each worker (spark:// only)"
+    )
+    parser.add_argument(
+        "--executor-memory", default="1g", help="memory of each executor (spark:// only)"
+    )
     args = parser.parse_args()
+    try:
+        check_master(args.master)
+    except ValueError as error:
+        parser.error(str(error))
+    on_cluster = not is_local_master(args.master)
+    if on_cluster and not args.master.startswith("spark://"):
+        parser.error("--master takes local[N] or spark://HOST:PORT (a standalone cluster)")
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
     home = workdir / "home"
     env = stack_up(home=home, components={"kafka"}).as_dict()
     kafka = env["BERGSTREAM_KAFKA_BOOTSTRAP"]
     spark = None
+    per_workers: dict[int, Timings] = {}
     try:
         topic = "bench-pipeline"
         create_topic(kafka, topic, args.partitions)
         began = time.monotonic()
         perf_produce(kafka, topic, args.records, args.record_size)
         print(f"produced {args.records:,} records in {time.monotonic() - began:.1f} s", flush=True)
-        megabytes = args.records * args.record_size / 1e6
 
-        spark = build_session({"spark.driver.memory": args.driver_memory})
-        pipeline_runs: list[float] = []
-        baseline_runs: list[float] = []
-        batches = 0
-        for round_ in range(args.rounds):
-            # Alternate which goes first, so JVM warm-up and caches favour neither.
-            order = ("baseline", "pipeline") if round_ % 2 == 0 else ("pipeline", "baseline")
-            for which in order:
-                began = time.monotonic()
-                if which == "baseline":
-                    target = workdir / f"baseline-{round_}"
-                    rows = baseline(spark, kafka, topic, target)
-                    assert rows == args.records, f"baseline copied {rows:,} records"
-                    baseline_runs.append(time.monotonic() - began)
-                    shutil.rmtree(target, ignore_errors=True)
-                else:
-                    lake = resolve_pipeline_lake(
-                        LakeConfig(kafka_bootstrap=kafka, namespace=f"bench_{round_}"),
-                        home=home,
-                        pipeline=LakePipelineConfig(
-                            max_offsets_per_trigger=args.max_offsets_per_trigger
-                        ),
-                    )
-                    attach_catalog(spark, lake)
-                    result = run_pipeline(spark, lake, topic, once=True, report=print)
-                    assert result.records == args.records, f"copied {result.records:,}"
-                    pipeline_runs.append(time.monotonic() - began)
-                    batches = result.batches
-                print(f"round {round_}: {which} {time.monotonic() - began:.1f} s", flush=True)
+        if not on_cluster:
+            spark = build_session({"spark.driver.memory": args.driver_memory}, args.master)
+            per_workers[0] = measure(spark, args, kafka, topic, home, workdir, "local")
+        else:
+            for workers in (1, 2):
+                spark = cluster_session(args, workers)
+                print(f"{args.master}: {executors(spark)} executor(s) registered", flush=True)
+                label = f"w{workers}"
+                per_workers[workers] = measure(spark, args, kafka, topic, home, workdir, label)
+                spark.stop()
+                spark = None
     finally:
         if spark is not None:
             spark.stop()
         stack_down(home=home)
 
-    pipeline_s, baseline_s = min(pipeline_runs), min(baseline_runs)
-    summary = {
+    megabytes = args.records * args.record_size / 1e6
+    summary: dict[str, Any] = {
         "records": args.records,
         "record_bytes": args.record_size,
         "partitions": args.partitions,
-        "pipeline_seconds": round(pipeline_s, 2),
-        "pipeline_records_s": round(args.records / pipeline_s),
-        "pipeline_mb_s": round(megabytes / pipeline_s, 1),
-        "pipeline_batches": batches,
-        "baseline_seconds": round(baseline_s, 2),
-        "baseline_records_s": round(args.records / baseline_s),
-        "baseline_mb_s": round(megabytes / baseline_s, 1),
-        "ratio": round(baseline_s / pipeline_s, 3),
+        "master": args.master,
     }
-    print(
-        f"pipeline: {summary['pipeline_records_s']:,} records/s, {summary['pipeline_mb_s']} MB/s "
-        f"({pipeline_s:.1f} s, {batches} commit(s), best of {args.rounds})"
-    )
-    print(
-        f"baseline: {summary['baseline_records_s']:,} records/s, {summary['baseline_mb_s']} MB/s "
-        f"({baseline_s:.1f} s, Spark Kafka -> Parquet, best of {args.rounds})"
-    )
-    print(f"ratio pipeline/baseline: {summary['ratio']:.3f}")
+    if not on_cluster:
+        figures = per_workers[0].figures(args.records, megabytes)
+        print_figures(figures, args.rounds, "")
+    else:
+        by_count = {n: t.figures(args.records, megabytes) for n, t in per_workers.items()}
+        for workers, figures in by_count.items():
+            print_figures(figures, args.rounds, f" on {workers} worker(s)")
+        figures = by_count[2]
+        summary["workers"] = {
+            str(n): {key: value for key, value in f.items() if key != "ratio"}
+            for n, f in by_count.items()
+        }
+        summary["scaling"] = round(
+            by_count[2]["pipeline_records_s"] / by_count[1]["pipeline_records_s"], 3
+        )
+        print(f"pipeline on 2 workers / on 1: {summary['scaling']:.3f}")
+    summary.update(figures)
+    # "ratio" last of all keys, as before: scripts read it from the last line.
+    summary["ratio"] = summary.pop("ratio")
     print(json.dumps(summary))
     shutil.rmtree(workdir, ignore_errors=True)
 

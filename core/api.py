@@ -27,6 +27,7 @@ from bergstream.core.backends import (
     ServiceContext,
     ShapeCodec,
     Shapes,
+    SnapshotRecord,
     ValueCodec,
 )
 from bergstream.core.choices import (
@@ -352,6 +353,7 @@ __all__ = [
     "ShortCircuit",
     "SideCodecs",
     "SideLayout",
+    "SnapshotRecord",
     "StoredSchemas",
     "StrictModel",
     "TopicCodecRule",

@@ -66,8 +66,21 @@ class ChunkEntry:
     bounds: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """One snapshot of a synthesized table's history, as ISK recorded it: its id, its sequence
+    number (the order of the history), when it was taken, and the state it describes (JSON that
+    ISK writes and reads; opaque to the index)."""
+
+    snapshot_id: int
+    sequence_number: int
+    timestamp_ms: int
+    state: str
+
+
 class IndexBackend(Protocol):
-    """Maps (topic, partition, chunk) to offsets, counts, sizes and per-column bounds."""
+    """Maps (topic, partition, chunk) to offsets, counts, sizes and per-column bounds, and keeps
+    the snapshot history of each synthesized table."""
 
     def put_chunks(self, entries: Sequence[ChunkEntry]) -> None:
         """Insert or replace chunks (keyed by topic, partition, start_offset)."""
@@ -77,6 +90,19 @@ class IndexBackend(Protocol):
         self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None
     ) -> list[ChunkEntry]:
         """Chunks overlapping ``[start_offset, end_offset)`` in offset order."""
+        ...
+
+    def put_snapshot(self, table: str, record: SnapshotRecord) -> None:
+        """Insert or replace one snapshot of ``table``'s history (keyed by table and snapshot
+        id); durable when this returns, like :meth:`put_chunks`."""
+        ...
+
+    def snapshots(self, table: str) -> list[SnapshotRecord]:
+        """Every snapshot of ``table``'s history, by ascending sequence number (empty if none)."""
+        ...
+
+    def drop_snapshots(self, table: str, snapshot_ids: Sequence[int]) -> None:
+        """Remove these snapshots from ``table``'s history (ids it does not hold are ignored)."""
         ...
 
     def close(self) -> None:

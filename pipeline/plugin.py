@@ -72,10 +72,13 @@ def _lake(config_file: Path, config: BergstreamConfig | None = None) -> Pipeline
 
 
 def _spark(lake: PipelineLake) -> SparkSession:
-    from bergstream.pipeline.session import attach_catalog, build_session
+    from bergstream.pipeline.session import PipelineSetupError, attach_catalog, build_session
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    spark = build_session(lake.pipeline.spark_conf)
+    try:
+        spark = build_session(lake.pipeline.spark_conf, lake.pipeline.spark_master)
+    except PipelineSetupError as error:
+        raise click.ClickException(str(error)) from None
     attach_catalog(spark, lake)
     return spark
 

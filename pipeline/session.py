@@ -1,4 +1,6 @@
-"""The Spark session of the pipeline: local, bound to 127.0.0.1, with the Iceberg catalog of a lake.
+"""The Spark session of the pipeline, with the Iceberg catalog of a lake: local and bound to
+127.0.0.1 by default, or the driver of an application on a cluster (``lake.pipeline.master``:
+standalone, YARN, Kubernetes, in client mode), whose executors get the same jars from the driver.
 
 One session can hold several lakes' catalogs (each under its own ``lake.catalog.name``): the
 jars and SQL extensions are fixed when the session starts, catalogs are attached afterwards.
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from bergstream.core.api import ResolvedLake, s3_properties
 from bergstream.pipeline.jars import ivy_dir, ivy_settings, spark_packages
+from bergstream.pipeline.settings import DEFAULT_MASTER, is_local_master
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -29,16 +32,20 @@ class PipelineSetupError(RuntimeError):
     """The pipeline cannot start as configured; the message says what to change."""
 
 
-def session_conf(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Static Spark settings: local[2] on 127.0.0.1, no UI, the pinned jars, Iceberg's SQL
-    extensions, UTC; ``extra`` (``lake.pipeline.spark_conf``) overrides any of them."""
+def session_conf(
+    extra: dict[str, str] | None = None, master: str = DEFAULT_MASTER
+) -> dict[str, str]:
+    """Static Spark settings: ``master`` (``lake.pipeline.master``), no UI, the pinned jars
+    (``spark.jars.packages``: resolved by the driver, which serves them to every executor),
+    Iceberg's SQL extensions, UTC; a local master binds the driver to 127.0.0.1, any other
+    leaves the driver's address to Spark (the machine's name; ``SPARK_LOCAL_IP`` or
+    ``spark.driver.host`` choose another), since executors must connect back to it. ``extra``
+    (``lake.pipeline.spark_conf``) overrides any of them."""
     conf = {
-        "spark.master": "local[2]",
+        "spark.master": master,
         "spark.app.name": "bergstream-pipeline",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.memory": "2g",
         "spark.jars.packages": spark_packages(),
         "spark.jars.ivy": str(ivy_dir()),
@@ -50,6 +57,9 @@ def session_conf(extra: dict[str, str] | None = None) -> dict[str, str]:
         # line (username and password) and an inline PEM private key (mutual TLS).
         "spark.redaction.regex": r"(?i)secret|password|token|access[.]?key|jaas|keystore[.]key",
     }
+    if is_local_master((extra or {}).get("spark.master", master)):
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
     conf.update(extra or {})
     return conf
 
@@ -69,8 +79,11 @@ def _child_stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def build_session(extra: dict[str, str] | None = None) -> SparkSession:
-    """Start (or return the running) local Spark session with :func:`session_conf`.
+def build_session(
+    extra: dict[str, str] | None = None, master: str = DEFAULT_MASTER
+) -> SparkSession:
+    """Start (or return the running) Spark session with :func:`session_conf`: in process, or
+    the driver of an application on the cluster of ``master``.
 
     The first start downloads the jars from Maven Central into the Ivy cache.
     """
@@ -80,17 +93,37 @@ def build_session(extra: dict[str, str] | None = None) -> SparkSession:
         raise PipelineSetupError(
             "the lake pipeline needs pyspark: pip install 'bergstream[pipeline]'"
         ) from None
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf = session_conf(extra, master)
+    if is_local_master(conf["spark.master"]):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers on this interpreter: typed tables decode in them, with bergstream's own
-    # modules (PySpark reads only the environment variable, not spark.pyspark.python).
+    # modules (PySpark reads only the environment variable, not spark.pyspark.python). On a
+    # cluster every executor starts this path, so it must exist there too (see the README).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
-    for key, value in session_conf(extra).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
-    with _child_stdout_to_stderr():
-        spark = builder.getOrCreate()
+    try:
+        with _child_stdout_to_stderr():
+            spark = builder.getOrCreate()
+    except Exception as error:
+        if is_local_master(conf["spark.master"]):
+            raise
+        raise PipelineSetupError(
+            f"cannot start the Spark application on master {conf['spark.master']}: "
+            f"{_first_line(error)}; check lake.pipeline.master, that the cluster is up and "
+            "that it accepts this machine's connections (the driver's log above says more)"
+        ) from None
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of ``error``, the Java exception's where Py4J wraps one (its own first
+    line names only the call that failed)."""
+    java = getattr(error, "java_exception", None)
+    lines = [line.strip() for line in str(java or error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
 
 
 def catalog_conf(lake: ResolvedLake) -> dict[str, str]:

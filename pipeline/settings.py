@@ -9,10 +9,11 @@ pyspark.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from bergstream.core.api import (
     BergstreamConfig,
@@ -24,11 +25,15 @@ from bergstream.core.api import (
 )
 
 __all__ = [
+    "DEFAULT_MASTER",
     "MAINTENANCE_SECTION",
     "PIPELINE_SECTION",
     "LakeMaintenanceConfig",
     "LakePipelineConfig",
     "PipelineLake",
+    "check_master",
+    "cluster_warnings",
+    "is_local_master",
     "pipeline_lake",
     "resolve_pipeline_lake",
 ]
@@ -36,6 +41,10 @@ __all__ = [
 #: Dotted paths of the sections the pipeline defines.
 PIPELINE_SECTION = "lake.pipeline"
 MAINTENANCE_SECTION = "lake.maintenance"
+
+#: Spark master of a pipeline that names none: in process, two cores.
+DEFAULT_MASTER = "local[2]"
+_LOCAL = re.compile(r"local\[(\d+|\*)(,\d+)?\]|local-cluster\[\d+,\d+,\d+\]")
 
 
 class LakePipelineConfig(StrictModel):
@@ -60,6 +69,73 @@ class LakePipelineConfig(StrictModel):
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description="more Spark settings (spark.driver.memory, ...)"
     )
+    master: str = Field(
+        DEFAULT_MASTER,
+        description="Spark master: local[N], spark://host:port, yarn, k8s://https://host:port, "
+        "... (client mode: the driver runs in bergstream)",
+    )
+
+    @field_validator("master")
+    @classmethod
+    def _check_master(cls, value: str) -> str:
+        return check_master(value)
+
+    @model_validator(mode="after")
+    def _one_master(self) -> LakePipelineConfig:
+        other = self.spark_conf.get("spark.master")
+        if other is not None and "master" in self.model_fields_set and other != self.master:
+            raise ValueError(
+                f"two Spark masters: master is {self.master!r} but spark_conf has spark.master "
+                f"{other!r}; set it once, as lake.pipeline.master"
+            )
+        if other is not None:
+            check_master(other)
+        return self
+
+    @property
+    def spark_master(self) -> str:
+        """The master the session starts with: ``master``, or ``spark_conf``'s
+        ``spark.master`` where only that is set."""
+        if "master" not in self.model_fields_set:
+            return self.spark_conf.get("spark.master", self.master)
+        return self.master
+
+
+def check_master(master: str) -> str:
+    """``master`` if it looks like a Spark master URL, else ValueError saying what is wrong.
+
+    Only the mistakes Spark would report late or obscurely are refused (blank, spaces, a
+    ``spark://`` URL without ``host:port``, a ``k8s://`` URL without the API server); any other
+    value goes to Spark, which knows its cluster managers (and plugged-in ones)."""
+    text = master.strip()
+    if not text or text != master or any(c.isspace() for c in text):
+        raise ValueError(
+            f"Spark master {master!r} is blank or has spaces: give e.g. local[2], "
+            "spark://host:7077, yarn or k8s://https://host:6443"
+        )
+    if text.startswith("spark://"):
+        for address in text.removeprefix("spark://").split(","):
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(
+                    f"Spark master {master!r}: each standalone master must be host:port, e.g. "
+                    "spark://host:7077 (or spark://host1:7077,host2:7077 with standby masters)"
+                )
+    elif text.startswith("k8s://") and len(text) == len("k8s://"):
+        raise ValueError(
+            f"Spark master {master!r} names no Kubernetes API server: k8s://https://host:6443"
+        )
+    elif "://" not in text and not (text in {"local", "yarn"} or _LOCAL.fullmatch(text)):
+        raise ValueError(
+            f"Spark master {master!r} is not one Spark knows: local, local[N], local[*], "
+            "local[N,F], spark://host:port, yarn, k8s://https://host:port"
+        )
+    return text
+
+
+def is_local_master(master: str) -> bool:
+    """Whether ``master`` runs every executor inside the driver's JVM (local, local[...])."""
+    return master == "local" or master.startswith("local[")
 
 
 class LakeMaintenanceConfig(StrictModel):
@@ -128,3 +204,48 @@ def pipeline_lake(config: BergstreamConfig, home: Path | str | None = None) -> P
         pipeline=config.sections.get(PIPELINE_SECTION),
         maintenance=config.sections.get(MAINTENANCE_SECTION),
     )
+
+
+def _loopback(host: str) -> bool:
+    host = host.strip().strip("[]").lower()
+    return host in {"localhost", "::1", "0.0.0.0"} or host.startswith("127.")
+
+
+def _host_of(url: str) -> str:
+    """The host of ``host:port`` or ``scheme://host:port/...``."""
+    rest = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    if rest.startswith("["):
+        return rest[1:].split("]", 1)[0]
+    return rest.rsplit(":", 1)[0] if rest.count(":") == 1 else rest
+
+
+def cluster_warnings(lake: PipelineLake, master: str) -> list[str]:
+    """What executors on other machines than the driver could not reach, for a pipeline on
+    ``master``: a local warehouse directory, Kafka or S3 at a loopback address. None for a local
+    master, nor where these are fine: a cluster whose workers all run on this machine."""
+    if is_local_master(master):
+        return []
+    where = f"on Spark master {master} executors"
+    warnings = []
+    if lake.warehouse is not None and lake.warehouse.startswith("file://"):
+        warnings.append(
+            f"warning: the warehouse {lake.warehouse} is a local directory: {where} write the "
+            "table's data files there, so every worker must see it at that path (a shared "
+            "filesystem) unless all run on this machine; or use an s3:// warehouse"
+        )
+    loopback = [
+        address
+        for address in lake.config.kafka_bootstrap.split(",")
+        if address.strip() and _loopback(_host_of(address))
+    ]
+    if loopback:
+        warnings.append(
+            f"warning: lake.kafka_bootstrap {','.join(loopback)} is a loopback address: {where} "
+            "on other machines cannot reach Kafka there; give an address they can reach"
+        )
+    if lake.s3 is not None and lake.s3.endpoint and _loopback(_host_of(lake.s3.endpoint)):
+        warnings.append(
+            f"warning: lake.s3.endpoint {lake.s3.endpoint} is a loopback address: {where} on "
+            "other machines cannot write data files there; give an address they can reach"
+        )
+    return warnings

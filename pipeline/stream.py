@@ -46,7 +46,7 @@ from bergstream.pipeline.kafka import (
 )
 from bergstream.pipeline.kafka_fetch import FetchSettings
 from bergstream.pipeline.session import PipelineSetupError
-from bergstream.pipeline.settings import PipelineLake
+from bergstream.pipeline.settings import PipelineLake, cluster_warnings
 from bergstream.pipeline.tables import LakeTable, open_table
 from bergstream.pipeline.typed import TopicTyping
 from bergstream.pipeline.typed_batch import TypedBatches
@@ -316,6 +316,8 @@ def run_pipeline(
     stop = stop or threading.Event()
     if codecs is not None:
         _require_pandas()
+    for warning in cluster_warnings(lake, spark.sparkContext.master):
+        report(warning)
     table = open_table(spark, lake, topic, create=True)
     settings = lake.pipeline
     with topic_lock(lake.checkpoint_dir, lake.namespace, topic):

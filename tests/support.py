@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +136,104 @@ def consume_rows(bootstrap: str, topic: str, count: int) -> list[dict[str, Any]]
         consumer.close()
     assert len(rows) == count, f"consumed {len(rows)} of {count} records"
     return sort_rows(rows)
+
+
+def consume_values(
+    config: dict[str, Any], topic: str, count: int, timeout: float = 60
+) -> list[bytes]:
+    """Up to ``count`` record values of ``topic`` from the beginning, read as a new consumer
+    group with the confluent-kafka ``config``; a client error raises ``KafkaException``."""
+    from confluent_kafka import Consumer, KafkaException
+
+    consumer = Consumer(
+        {**config, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest"}
+    )
+    values: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while len(values) < count and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            if message.error():
+                raise KafkaException(message.error())
+            values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def write_proxy_config(
+    path: Path, name: str, port: int, filters: str = "[]", more: str = ""
+) -> Path:
+    """A ``bergstream run`` config of one virtual cluster ``name`` on ``port`` whose target takes
+    its security from the environment like ``examples/proxy.yaml`` (the stack's
+    ``BERGSTREAM_KAFKA_CONFIG``); ``filters`` is the YAML of its filter list (flow style), ``more``
+    top-level sections after it (e.g. ``lake:``)."""
+    path.write_text(
+        f"""
+virtual_clusters:
+  - name: {name}
+    target:
+      bootstrap: ${{BERGSTREAM_KAFKA_BOOTSTRAP}}
+      kafka_client:
+        properties_file: ${{BERGSTREAM_KAFKA_CONFIG:-}}
+    gateway: {{host: 127.0.0.1, port: {port}, lowest_broker_id: 0, broker_count: 4}}
+    filters: {filters}
+"""
+        + more
+    )
+    return path
+
+
+def secure_lake_yaml(home: Path, trigger_seconds: float | None = None) -> str:
+    """A ``lake:`` section that takes Kafka's security from the environment like
+    ``examples/lake.yaml`` (the secured stack's ``BERGSTREAM_KAFKA_CONFIG``), its catalog and
+    warehouse under ``home``; ``trigger_seconds``: the pipeline's trigger interval (None: the
+    default)."""
+    trigger = (
+        f"\n    trigger_interval_seconds: {trigger_seconds}" if trigger_seconds is not None else ""
+    )
+    return f"""
+lake:
+  kafka_bootstrap: ${{BERGSTREAM_KAFKA_BOOTSTRAP}}
+  kafka_client:
+    properties_file: ${{BERGSTREAM_KAFKA_CONFIG:-}}
+  catalog:
+    type: sql
+    uri: "sqlite:///{home}/lake/catalog.db"
+    warehouse: "{home}/lake/warehouse"
+  pipeline:{trigger}
+    checkpoint_dir: "{home}/lake/checkpoints"
+    spark_conf: {{spark.driver.memory: 1g, spark.sql.shuffle.partitions: "2"}}
+"""
+
+
+def boto_s3(endpoint: str, key: str, secret: str, token: str | None = None) -> Any:
+    """A boto3 S3 client of an S3 gateway at ``endpoint`` (path-style, no retries)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        aws_session_token=token,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    )
+
+
+def s3_error(call: Callable[[], Any]) -> tuple[str, int]:
+    """The S3 error code and HTTP status ``call`` fails with (it must fail)."""
+    from botocore.exceptions import ClientError
+
+    with pytest.raises(ClientError) as caught:
+        call()
+    response: Any = caught.value.response
+    return response["Error"]["Code"], response["ResponseMetadata"]["HTTPStatusCode"]
 
 
 def sort_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -33,13 +33,14 @@ Importing this module does not import pytest.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bergstream.core.backends import CacheBackend, ChunkEntry, IndexBackend
+from bergstream.core.backends import CacheBackend, ChunkEntry, IndexBackend, SnapshotRecord
 
 __all__ = [
     "CACHE_CHECKS",
@@ -55,6 +56,7 @@ __all__ = [
     "chunk",
     "run_cache_conformance",
     "run_index_conformance",
+    "snapshot",
 ]
 
 
@@ -471,6 +473,211 @@ def index_survives_restart(case: IndexCase, location: Path) -> None:
         third.close()
 
 
+def snapshot(snapshot_id: int, sequence_number: int, table: str = "t") -> SnapshotRecord:
+    """A snapshot record as ISK keeps them: its state is JSON naming the table and the snapshot."""
+    state = {"table": table, "snapshot-id": snapshot_id, "files": [f"s{sequence_number}.avro"]}
+    return SnapshotRecord(
+        snapshot_id=snapshot_id,
+        sequence_number=sequence_number,
+        timestamp_ms=1_795_000_000_000 + sequence_number,
+        state=json.dumps(state),
+    )
+
+
+def _brief(records: Sequence[SnapshotRecord]) -> str:
+    """Records for a message: ids, sequence numbers, timestamps and the start of each state."""
+    shown = [
+        f"({r.snapshot_id}, seq {r.sequence_number}, ts {r.timestamp_ms}, "
+        f"{_show(r.state.encode() if isinstance(r.state, str) else r.state)})"
+        for r in records
+    ]
+    return "[" + ", ".join(shown) + "]"
+
+
+def _sequences(records: Sequence[SnapshotRecord]) -> list[int]:
+    return [record.sequence_number for record in records]
+
+
+def index_snapshot_round_trip(case: IndexCase, location: Path) -> None:
+    """Snapshot records come back equal: ids up to 2**63 - 1, timestamp 0, empty and large,
+    non-ASCII states; a table without snapshots has an empty history."""
+    index = case.open(location)
+    try:
+        _expect(index.snapshots("t") == [], "a new index has snapshots of table 't'")
+        records = [
+            snapshot(2**63 - 1, 1),
+            SnapshotRecord(snapshot_id=1, sequence_number=2, timestamp_ms=0, state=""),
+            SnapshotRecord(
+                7, 3, 1_795_000_000_123, json.dumps({"name": "Zürich 日本", "pad": "x" * 60_000})
+            ),
+            snapshot(5_123_456_789_012_345_678, 2**62),
+        ]
+        for record in records:
+            index.put_snapshot("t", record)
+        got = index.snapshots("t")
+        _expect(got == records, f"snapshots('t') returned {_brief(got)}, put {_brief(records)}")
+        _expect(index.snapshots("u") == [], "a table never written has snapshots")
+    finally:
+        index.close()
+
+
+def index_snapshot_order(case: IndexCase, location: Path) -> None:
+    """A history comes back by ascending sequence number, whatever the order of the puts and
+    of the snapshot ids (ids are random in Iceberg)."""
+    index = case.open(location)
+    try:
+        ids = {1: 900, 2: 17, 3: 2**40, 4: 5, 5: 300, 10: 1, 256: 2**62, 257: 42}
+        for sequence in (5, 1, 257, 3, 10, 2, 256, 4):
+            index.put_snapshot("t", snapshot(ids[sequence], sequence))
+        got = _sequences(index.snapshots("t"))
+        _expect(got == sorted(ids), f"sequence numbers of the history: {got}, not {sorted(ids)}")
+        got_ids = [record.snapshot_id for record in index.snapshots("t")]
+        expected_ids = [ids[sequence] for sequence in sorted(ids)]
+        _expect(got_ids == expected_ids, f"snapshot ids of the history: {got_ids}")
+    finally:
+        index.close()
+
+
+def index_snapshot_replace(case: IndexCase, location: Path) -> None:
+    """A put with the snapshot id of a held snapshot replaces it (state, timestamp, and its
+    place when the sequence number changes); the history never holds an id twice."""
+    index = case.open(location)
+    try:
+        for sequence, snapshot_id in ((1, 11), (2, 22), (3, 33)):
+            index.put_snapshot("t", snapshot(snapshot_id, sequence))
+        replaced = SnapshotRecord(22, 2, 99, '{"replaced": true}')
+        index.put_snapshot("t", replaced)
+        got = index.snapshots("t")
+        expected = [snapshot(11, 1), replaced, snapshot(33, 3)]
+        _expect(got == expected, f"after replacing snapshot 22 in place: {_brief(got)}")
+        moved = SnapshotRecord(11, 4, 100, '{"moved": true}')
+        index.put_snapshot("t", moved)
+        got = index.snapshots("t")
+        expected = [replaced, snapshot(33, 3), moved]
+        _expect(got == expected, f"after moving snapshot 11 to sequence 4: {_brief(got)}")
+        index.put_snapshot("t", moved)
+        count = len(index.snapshots("t"))
+        _expect(count == 3, f"putting the same record twice left {count} snapshots, not 3")
+    finally:
+        index.close()
+
+
+def index_snapshot_drop(case: IndexCase, location: Path) -> None:
+    """Dropped snapshots are gone, the rest keep their order; unknown ids, an empty list and
+    dropping twice are harmless."""
+    index = case.open(location)
+    try:
+        for sequence in range(1, 7):
+            index.put_snapshot("t", snapshot(sequence * 10, sequence))
+        index.drop_snapshots("t", [20, 50, 12345, 2**63 - 1])
+        got = _sequences(index.snapshots("t"))
+        _expect(got == [1, 3, 4, 6], f"after dropping snapshots 20 and 50: sequences {got}")
+        index.drop_snapshots("t", [])
+        index.drop_snapshots("t", [20])
+        index.drop_snapshots("never-written", [10, 30])
+        got = _sequences(index.snapshots("t"))
+        _expect(got == [1, 3, 4, 6], f"after dropping nothing held: sequences {got}")
+        index.put_snapshot("t", snapshot(20, 2))
+        got = _sequences(index.snapshots("t"))
+        _expect(got == [1, 2, 3, 4, 6], f"a dropped id put again: sequences {got}")
+        index.drop_snapshots("t", [10, 20, 30, 40, 60])
+        _expect(
+            index.snapshots("t") == [], "after dropping every snapshot the history is not empty"
+        )
+    finally:
+        index.close()
+
+
+def index_snapshot_tables_are_distinct(case: IndexCase, location: Path) -> None:
+    """Tables whose names are prefixes of each other keep their own histories, even with the
+    same snapshot ids; a table's history and the chunks of a topic of the same name never mix."""
+    index = case.open(location)
+    tables = ["t", "t2", "t.2", "tt", "t-", "ns.t", "日本"]
+    try:
+        index.put_chunks([chunk(0, 10)])
+        for n, table in enumerate(tables):
+            for sequence in range(1, n + 2):
+                index.put_snapshot(table, snapshot(sequence, sequence, table))
+        index.drop_snapshots("t2", [1])
+        for n, table in enumerate(tables):
+            expected = [snapshot(s, s, table) for s in range(1, n + 2)]
+            if table == "t2":
+                expected = expected[1:]
+            got = index.snapshots(table)
+            _expect(got == expected, f"snapshots({table!r}) returned {_brief(got)}")
+        got_chunks = index.chunks("t", 0)
+        _expect(
+            got_chunks == [chunk(0, 10)], f"snapshots of table 't' changed chunks: {got_chunks}"
+        )
+    finally:
+        index.close()
+
+
+def index_snapshot_concurrent_writers(case: IndexCase, location: Path) -> None:
+    """Writers of several tables and readers at once: no errors, readers see ordered
+    histories, and every put is kept."""
+    index = case.open(location)
+    done = threading.Event()
+
+    def writer(table: str) -> Callable[[], None]:
+        def write() -> None:
+            for sequence in range(1, 41):
+                index.put_snapshot(table, snapshot(1000 - sequence, sequence, table))
+                if sequence % 10 == 0:
+                    index.drop_snapshots(table, [1000 - sequence + 5])
+
+        return write
+
+    def read() -> None:
+        while not done.is_set():
+            for table in ("a", "b"):
+                found = _sequences(index.snapshots(table))
+                _expect(found == sorted(set(found)), f"a reader saw history {found} of {table}")
+
+    def writers() -> None:
+        try:
+            errors = _run_threads([writer(table) for table in ("a", "b", "c")])
+            _expect(not errors, f"concurrent put_snapshot/drop_snapshots raised: {errors!r}")
+        finally:
+            done.set()
+
+    try:
+        errors = _run_threads([writers, read, read])
+        _expect(not errors, f"concurrent snapshot writers and readers: {errors!r}")
+        expected = [s for s in range(1, 41) if s % 10 != 5]
+        for table in ("a", "b", "c"):
+            got = _sequences(index.snapshots(table))
+            _expect(got == expected, f"after the writers finished, {table!r} holds {got}")
+    finally:
+        index.close()
+
+
+def index_snapshots_survive_restart(case: IndexCase, location: Path) -> None:
+    """Snapshots put before close are found by a new instance on the same location, which can
+    replace, drop and add more."""
+    first = case.open(location)
+    for sequence in (1, 2, 3):
+        first.put_snapshot("t", snapshot(sequence * 7, sequence))
+    first.close()
+    second = case.open(location)
+    try:
+        got = second.snapshots("t")
+        expected = [snapshot(7, 1), snapshot(14, 2), snapshot(21, 3)]
+        _expect(got == expected, f"after a restart: {_brief(got)}")
+        second.drop_snapshots("t", [7])
+        second.put_snapshot("t", SnapshotRecord(14, 2, 5, "{}"))
+        second.put_snapshot("t", snapshot(28, 4))
+    finally:
+        second.close()
+    third = case.open(location)
+    try:
+        got = third.snapshots("t")
+        expected = [SnapshotRecord(14, 2, 5, "{}"), snapshot(21, 3), snapshot(28, 4)]
+        _expect(got == expected, f"after a second restart: {_brief(got)}")
+    finally:
+        third.close()
+
+
 #: Every index check, in the order :func:`run_index_conformance` runs them.
 INDEX_CHECKS: tuple[IndexCheck, ...] = (
     index_round_trip,
@@ -480,6 +687,13 @@ INDEX_CHECKS: tuple[IndexCheck, ...] = (
     index_topics_are_distinct,
     index_concurrent_writer_and_readers,
     index_survives_restart,
+    index_snapshot_round_trip,
+    index_snapshot_order,
+    index_snapshot_replace,
+    index_snapshot_drop,
+    index_snapshot_tables_are_distinct,
+    index_snapshot_concurrent_writers,
+    index_snapshots_survive_restart,
 )
 
 # --------------------------------------------------------------------------- runners

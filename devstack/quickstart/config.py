@@ -63,7 +63,8 @@ __all__ = [
     "write_config",
 ]
 
-#: The demo key pair of ``examples/isk.yaml``: vended to clients, checked by the S3 gateway.
+#: The demo key pair of ``examples/isk.yaml``: the root of the credentials vended to clients,
+#: accepted as is by the S3 gateway (the operator's key; never vended itself).
 ISK_ACCESS_KEY = "isk-demo"
 ISK_SECRET_KEY = "isk-demo-secret"
 

@@ -55,6 +55,7 @@ from bergstream.devstack.quickstart.data import (
 )
 from bergstream.devstack.quickstart.ports import QuickstartPorts, choose_ports
 from bergstream.devstack.quickstart.schema import PaymentCodec, PaymentFields
+from bergstream.devstack.stack.trino import TRINO_VERSION, iceberg_rest_catalog_properties
 
 __all__ = [
     "NAMESPACE",
@@ -478,8 +479,20 @@ def _instructions(
         "      --conf spark.sql.catalog.isk.cache-enabled=false",
         f'    >>> spark.sql("SELECT count(*) FROM isk.{table}").show()',
         "",
-        f"  S3 gateway (vended with every table): http://127.0.0.1:{ports.s3}, "
-        f"key {ISK_ACCESS_KEY} / {ISK_SECRET_KEY}, region us-east-1",
+        f"  Trino {TRINO_VERSION} (on Java 24+), etc/catalog/isk.properties (the S3 keys are "
+        "vended with each table;",
+        "  Trino takes the S3 endpoint, region and path-style addressing only from here):",
+        *(
+            f"    {key}={value}"
+            for key, value in iceberg_rest_catalog_properties(
+                catalog, f"http://127.0.0.1:{ports.s3}"
+            ).items()
+        ),
+        f"    trino> SELECT count(*) FROM isk.{table};",
+        "",
+        f"  S3 gateway: http://127.0.0.1:{ports.s3}, region us-east-1; each LoadTable vends "
+        "a key, secret and session token for that table's files only, expiring in an hour;",
+        f"  the operator's root key (never vended) is {ISK_ACCESS_KEY} / {ISK_SECRET_KEY}",
         f"  Namespaces: hotset (Kafka only), coldset (the pipeline's table), "
         f"merged (both); config: {config}",
         "",

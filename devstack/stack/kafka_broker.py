@@ -23,6 +23,7 @@ from bergstream.core.api import ApiKey
 
 from . import kafka_security
 from .kafka_security import SecurityFiles
+from .maven import INSTALL_MAVEN
 from .paths import StackError, StackPaths
 from .procs import find_executable
 
@@ -79,7 +80,6 @@ _INSTALL_JAVA = (
     "install a JDK >= 17 (Debian/Ubuntu: `apt-get install -y openjdk-17-jre-headless`) "
     "or set JAVA_HOME"
 )
-_INSTALL_MAVEN = "install Maven (Debian/Ubuntu: `apt-get install -y maven`)"
 
 _TOOLS_LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
 <!-- Kafka command-line tools run by bergstream: warnings and errors to stderr only. -->
@@ -214,7 +214,7 @@ def _download_libs(paths: StackPaths, root: Path) -> None:
     if mvn is None:
         raise StackError(
             f"the Kafka {KAFKA_VERSION} jars are not cached in {root} and `mvn` was not found "
-            f"to download them from Maven Central: {_INSTALL_MAVEN}"
+            f"to download them from Maven Central: {INSTALL_MAVEN}"
         )
     pom = _pom_text()
     work = Path(tempfile.mkdtemp(prefix=f"kafka-{KAFKA_VERSION}.", dir=paths.cache))

@@ -8,15 +8,13 @@ database, so they are gone when it stops.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import tarfile
 import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from .maven import copy_artifact, unpack_tarball
 from .paths import StackError, StackPaths
-from .procs import find_executable
 
 __all__ = [
     "APICURIO_VERSION",
@@ -37,12 +35,7 @@ CCOMPAT_PATH = "/apis/ccompat/v7"
 _ARTIFACT = f"io.apicurio:apicurio-registry-app:{APICURIO_VERSION}:tar.gz:all"
 _TARBALL = f"apicurio-registry-app-{APICURIO_VERSION}-all.tar.gz"
 _RUNNER = f"apicurio-registry-app-{APICURIO_VERSION}-runner.jar"
-# Pinned so the result does not depend on Maven's default. 2.8 (the default of Maven 3.8 and
-# 3.9), because 3.x reads the artifact's POM first and fails: its parent POM is not on Maven
-# Central. The tarball carries everything the server needs, so no POM is needed.
-_COPY_GOAL = "org.apache.maven.plugins:maven-dependency-plugin:2.8:copy"
 _SENTINEL = ".complete"
-_INSTALL_MAVEN = "install Maven (Debian/Ubuntu: `apt-get install -y maven`)"
 
 # No direct connections through an HTTP proxy from the environment: the server is on 127.0.0.1.
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -77,41 +70,14 @@ def ensure_registry(paths: StackPaths | None = None) -> Path:
 
 
 def _download(paths: StackPaths, root: Path) -> None:
-    mvn = find_executable("mvn")
-    if mvn is None:
-        raise StackError(
-            f"Apicurio Registry {APICURIO_VERSION} is not cached in {root} and `mvn` was not "
-            f"found to download it from Maven Central: {_INSTALL_MAVEN}"
-        )
     work = Path(tempfile.mkdtemp(prefix=f"apicurio-registry-{APICURIO_VERSION}.", dir=paths.cache))
     try:
-        cmd = [
-            mvn,
-            "-q",
-            "-B",
-            _COPY_GOAL,
-            f"-Dartifact={_ARTIFACT}",
-            f"-DoutputDirectory={work}",
-        ]
-        try:
-            out = subprocess.run(
-                cmd, cwd=work, capture_output=True, text=True, timeout=1800, check=False
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise StackError(f"`{' '.join(cmd)}` did not finish in 30 minutes") from exc
+        copy_artifact(_ARTIFACT, work)
         tarball = work / _TARBALL
-        if out.returncode != 0 or not tarball.is_file():
-            tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-30:])
-            raise StackError(
-                f"could not download Apicurio Registry {APICURIO_VERSION} from Maven Central "
-                f"(`{' '.join(cmd)}` exited {out.returncode}):\n{tail}"
-            )
+        if not tarball.is_file():
+            raise StackError(f"Maven copied no {_TARBALL} for {_ARTIFACT}")
         unpacked = work / "unpacked"
-        try:
-            with tarfile.open(tarball) as archive:
-                archive.extractall(unpacked, filter="data")
-        except (tarfile.TarError, OSError) as exc:
-            raise StackError(f"could not unpack {_ARTIFACT} ({exc})") from exc
+        unpack_tarball(tarball, unpacked, _ARTIFACT)
         if not (unpacked / _RUNNER).is_file():
             raise StackError(f"{_ARTIFACT} has no {_RUNNER} at its top level")
         if root.exists():

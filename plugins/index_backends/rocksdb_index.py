@@ -4,20 +4,25 @@ Keys are ordered so a range query is one bounded scan (all integers big-endian):
 
     c | topic length (u16) | topic (UTF-8) | partition (u32) | start_offset (u64)  -> chunk
     s | topic length (u16) | topic (UTF-8) | partition (u32)                       -> max span
+    h | table length (u16) | table (UTF-8) | sequence_number (u64) | snapshot_id (u64)
+                                                          -> timestamp_ms (u64), state (UTF-8)
+    i | table length (u16) | table (UTF-8) | snapshot_id (u64)      -> sequence_number (u64)
 
 A chunk's value is ``end_offset, row_count, size_bytes`` (u64 each) then its bounds as JSON
 (the ``sqlite`` backend's encoding). The length prefix keeps topics that are prefixes of each
 other apart. The *span* is the longest ``end - start`` ever put in a partition: a chunk that
 starts before a query's start can only overlap it if it starts less than a span before, so
-``chunks(start, end)`` scans keys from ``start - span`` to ``end`` and nothing else.
+``chunks(start, end)`` scans keys from ``start - span`` to ``end`` and nothing else. A table's
+snapshot history (``h``) is one scan in sequence order; the ``i`` entries find a snapshot's
+history key by its id, to replace or drop it.
 
-Writes are one atomic ``WriteBatch`` per :meth:`RocksIndex.put_chunks` (a writer lock keeps the
-span read-modify-write whole); reads take a snapshot, so readers in other threads always see
-whole batches. RocksDB admits one process per directory (its ``LOCK`` file): a second process
-gets :class:`IndexLockedError`. Every iterator and snapshot is released before a call returns,
-because an open iterator keeps the database (and its lock) alive after ``close``. The write-ahead
-log makes every completed ``put_chunks`` survive a killed process; ``sync_writes`` makes it
-survive a power failure too.
+Writes are one atomic ``WriteBatch`` per :meth:`RocksIndex.put_chunks`, ``put_snapshot`` and
+``drop_snapshots`` (a writer lock keeps the span and id read-modify-writes whole); reads take a
+snapshot, so readers in other threads always see whole batches. RocksDB admits one process per
+directory (its ``LOCK`` file): a second process gets :class:`IndexLockedError`. Every iterator
+and snapshot is released before a call returns, because an open iterator keeps the database (and
+its lock) alive after ``close``. The write-ahead log makes every completed write survive a killed
+process; ``sync_writes`` makes it survive a power failure too.
 """
 
 from __future__ import annotations
@@ -30,12 +35,14 @@ from typing import Any
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
-from bergstream.core.api import ChunkEntry
+from bergstream.core.api import ChunkEntry, SnapshotRecord
 from bergstream.plugins.index_backends.sqlite_index import (
     IndexClosedError,
     IndexEntryError,
     check_entry,
+    check_snapshot,
     decode_bounds,
+    droppable_snapshot_ids,
     encode_bounds,
 )
 
@@ -43,6 +50,8 @@ __all__ = ["IndexLockedError", "RocksIndex"]
 
 _CHUNK = b"c"
 _SPAN = b"s"
+_HISTORY = b"h"
+_SNAPSHOT_ID = b"i"
 _FORMAT_KEY = b"\x00bergstream-index-format"
 _FORMAT = b"1"
 _VALUE = struct.Struct(">QQQ")
@@ -60,6 +69,16 @@ def _partition_key(kind: bytes, topic: str, partition: int) -> bytes:
     if len(name) > _MAX_TOPIC or not 0 <= partition <= _MAX_PARTITION:
         raise IndexEntryError(f"topic {topic[:40]!r} or partition {partition} out of range")
     return kind + struct.pack(">H", len(name)) + name + struct.pack(">I", partition)
+
+
+def _table_key(kind: bytes, table: str) -> bytes:
+    name = table.encode()
+    if len(name) > _MAX_TOPIC:
+        raise IndexEntryError(
+            f"snapshot table name {table[:40]!r}... is {len(name)} bytes long; at most "
+            f"{_MAX_TOPIC} fit"
+        )
+    return kind + struct.pack(">H", len(name)) + name
 
 
 def _encode(entry: ChunkEntry) -> bytes:
@@ -209,6 +228,84 @@ class RocksIndex:
                     del iterator
             finally:
                 del snapshot
+        finally:
+            self._leave()
+
+    def put_snapshot(self, table: str, record: SnapshotRecord) -> None:
+        """Insert or replace one snapshot of ``table``'s history (keyed by table and snapshot
+        id) in one batch; in the write-ahead log when this returns."""
+        check_snapshot(table, record)
+        history = _table_key(_HISTORY, table)
+        id_key = _table_key(_SNAPSHOT_ID, table) + _U64.pack(record.snapshot_id)
+        value = _U64.pack(record.timestamp_ms) + record.state.encode()
+        self._enter()
+        try:
+            with self._write_lock:
+                batch = WriteBatch(raw_mode=True)
+                stored = self._db.get(id_key)
+                if stored is not None and stored != _U64.pack(record.sequence_number):
+                    batch.delete(history + stored + _U64.pack(record.snapshot_id))
+                batch.put(
+                    history + _U64.pack(record.sequence_number) + _U64.pack(record.snapshot_id),
+                    value,
+                )
+                batch.put(id_key, _U64.pack(record.sequence_number))
+                self._db.write(batch, self._write_options)
+        finally:
+            self._leave()
+
+    def snapshots(self, table: str) -> list[SnapshotRecord]:
+        """Every snapshot of ``table``'s history, by ascending sequence number (empty if none)."""
+        prefix = _table_key(_HISTORY, table)
+        self._enter()
+        try:
+            snapshot = self._db.snapshot()
+            try:
+                options = ReadOptions()
+                options.set_iterate_upper_bound(prefix + b"\xff" * (2 * _U64.size + 1))
+                iterator = snapshot.iter(options)
+                try:
+                    found = []
+                    iterator.seek(prefix)
+                    while iterator.valid():
+                        key, value = iterator.key(), iterator.value()
+                        sequence, snapshot_id = struct.unpack_from(">QQ", key, len(prefix))
+                        found.append(
+                            SnapshotRecord(
+                                snapshot_id=snapshot_id,
+                                sequence_number=sequence,
+                                timestamp_ms=_U64.unpack_from(value)[0],
+                                state=value[_U64.size :].decode(),
+                            )
+                        )
+                        iterator.next()
+                    return found
+                finally:
+                    del iterator
+            finally:
+                del snapshot
+        finally:
+            self._leave()
+
+    def drop_snapshots(self, table: str, snapshot_ids: Sequence[int]) -> None:
+        """Remove these snapshots from ``table``'s history in one batch (ids it does not hold
+        are ignored)."""
+        ids = droppable_snapshot_ids(snapshot_ids)
+        if not ids:
+            return
+        history = _table_key(_HISTORY, table)
+        id_prefix = _table_key(_SNAPSHOT_ID, table)
+        self._enter()
+        try:
+            with self._write_lock:
+                batch = WriteBatch(raw_mode=True)
+                for snapshot_id in set(ids):
+                    id_key = id_prefix + _U64.pack(snapshot_id)
+                    stored = self._db.get(id_key)
+                    if stored is not None:
+                        batch.delete(history + stored + _U64.pack(snapshot_id))
+                        batch.delete(id_key)
+                self._db.write(batch, self._write_options)
         finally:
             self._leave()
 

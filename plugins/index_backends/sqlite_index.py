@@ -1,6 +1,7 @@
 """The ``sqlite`` index backend: ISK's chunk index in one SQLite file (WAL mode).
 
-One row per chunk, keyed by (topic, partition, start_offset); per-column bounds are JSON. WAL
+One row per chunk, keyed by (topic, partition, start_offset); per-column bounds are JSON. One row
+per snapshot of a synthesized table's history, keyed by (table_name, snapshot_id). WAL
 lets one writer and many readers (threads or processes) work at once; every thread gets its own
 connection. The file survives restarts: reopening it serves what was committed before.
 """
@@ -16,14 +17,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bergstream.core.api import ChunkEntry
+from bergstream.core.api import ChunkEntry, SnapshotRecord
 
 __all__ = [
     "IndexClosedError",
     "IndexEntryError",
     "SqliteIndex",
     "check_entry",
+    "check_snapshot",
     "decode_bounds",
+    "droppable_snapshot_ids",
     "encode_bounds",
 ]
 
@@ -45,6 +48,15 @@ CREATE TABLE IF NOT EXISTS spans (
     span INTEGER NOT NULL,
     PRIMARY KEY (topic, partition)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS snapshots (
+    table_name TEXT NOT NULL,
+    snapshot_id INTEGER NOT NULL,
+    sequence_number INTEGER NOT NULL,
+    timestamp_ms INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    PRIMARY KEY (table_name, snapshot_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS snapshots_by_sequence ON snapshots (table_name, sequence_number);
 """
 
 _UPSERT = "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -68,10 +80,18 @@ _OVERLAPPING = (
     "ORDER BY start_offset"
 )
 _NO_END = 2**63 - 1
+_SNAPSHOT_UPSERT = "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?)"
+_SNAPSHOTS = (
+    "SELECT snapshot_id, sequence_number, timestamp_ms, state FROM snapshots "
+    "WHERE table_name = ? ORDER BY sequence_number, snapshot_id"
+)
+_SNAPSHOT_DELETE = "DELETE FROM snapshots WHERE table_name = ? AND snapshot_id = ?"
+_INT64_END = 2**63
 
 
 class IndexEntryError(ValueError):
-    """A chunk entry the index refuses (negative or inverted offsets, unencodable bounds)."""
+    """A chunk entry or snapshot record the index refuses (negative or inverted offsets,
+    unencodable bounds, ids or sequence numbers out of range)."""
 
 
 class IndexClosedError(RuntimeError):
@@ -132,6 +152,51 @@ def check_entry(entry: ChunkEntry) -> None:
             f"chunk {entry.topic}/{entry.partition}@{entry.start_offset}: row_count and "
             "size_bytes must be >= 0"
         )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_snapshot(table: str, record: SnapshotRecord) -> None:
+    """Raise :class:`IndexEntryError` unless ``record`` can be kept in ``table``'s history: a
+    non-empty table name, 0 < snapshot_id < 2**63, 1 <= sequence_number < 2**63,
+    0 <= timestamp_ms < 2**63 and a text state."""
+    if not isinstance(table, str) or not table:
+        raise IndexEntryError(f"snapshot table name {table!r} must be a non-empty str")
+    where = f"snapshot {record.snapshot_id!r} of table {table[:200]!r}"
+    if not _is_int(record.snapshot_id) or not 0 < record.snapshot_id < _INT64_END:
+        raise IndexEntryError(f"{where}: snapshot_id must be an int with 0 < snapshot_id < 2**63")
+    if not _is_int(record.sequence_number) or not 1 <= record.sequence_number < _INT64_END:
+        raise IndexEntryError(
+            f"{where}: sequence_number {record.sequence_number!r} must be an int with "
+            "1 <= sequence_number < 2**63"
+        )
+    if not _is_int(record.timestamp_ms) or not 0 <= record.timestamp_ms < _INT64_END:
+        raise IndexEntryError(
+            f"{where}: timestamp_ms {record.timestamp_ms!r} must be an int with "
+            "0 <= timestamp_ms < 2**63 (milliseconds since the epoch)"
+        )
+    if not isinstance(record.state, str):
+        raise IndexEntryError(
+            f"{where}: state must be a str (the snapshot's JSON), not {type(record.state).__name__}"
+        )
+    try:
+        record.state.encode()
+        table.encode()
+    except UnicodeEncodeError as error:
+        raise IndexEntryError(
+            f"{where}: state or table name is not valid UTF-8 text: {error}"
+        ) from error
+
+
+def droppable_snapshot_ids(snapshot_ids: Sequence[int]) -> list[int]:
+    """The ids of ``snapshot_ids`` an index can hold (others cannot be in it: nothing to drop);
+    raise :class:`IndexEntryError` for one that is not an int."""
+    for snapshot_id in snapshot_ids:
+        if not _is_int(snapshot_id):
+            raise IndexEntryError(f"snapshot id {snapshot_id!r} to drop is not an int")
+    return [i for i in snapshot_ids if 0 < i < _INT64_END]
 
 
 def _row(entry: ChunkEntry) -> tuple[Any, ...]:
@@ -224,6 +289,39 @@ class SqliteIndex:
             )
             for row in rows
         ]
+
+    def put_snapshot(self, table: str, record: SnapshotRecord) -> None:
+        """Insert or replace one snapshot of ``table``'s history (keyed by table and snapshot
+        id); committed when this returns."""
+        check_snapshot(table, record)
+        row = (table, record.snapshot_id, record.sequence_number, record.timestamp_ms, record.state)
+        # One statement outside a transaction is its own committed transaction.
+        self._connection().execute(_SNAPSHOT_UPSERT, row)
+
+    def snapshots(self, table: str) -> list[SnapshotRecord]:
+        """Every snapshot of ``table``'s history, by ascending sequence number (empty if none)."""
+        rows = self._connection().execute(_SNAPSHOTS, (table,))
+        return [
+            SnapshotRecord(
+                snapshot_id=row[0], sequence_number=row[1], timestamp_ms=row[2], state=row[3]
+            )
+            for row in rows
+        ]
+
+    def drop_snapshots(self, table: str, snapshot_ids: Sequence[int]) -> None:
+        """Remove these snapshots from ``table``'s history in one transaction (ids it does not
+        hold are ignored)."""
+        ids = droppable_snapshot_ids(snapshot_ids)
+        if not ids:
+            return
+        connection = self._connection()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            connection.executemany(_SNAPSHOT_DELETE, [(table, i) for i in ids])
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
 
     def close(self) -> None:
         """Close every connection; later calls raise :class:`IndexClosedError`."""

@@ -65,6 +65,7 @@ from bergstream.plugins.isk_gateway.kafka.authorization import TopicAuthorizer
 from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
 from bergstream.plugins.isk_gateway.tables.background_index import BackgroundIndexer
 from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider
+from bergstream.plugins.isk_gateway.tables.history import HistorySettings
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from bergstream.plugins.isk_gateway.tables.lake_schemas import LakeSchemas
 from bergstream.plugins.isk_gateway.tables.layouts import TopicLayouts
@@ -72,6 +73,7 @@ from bergstream.plugins.isk_gateway.tables.merged import MergedProvider
 from bergstream.plugins.isk_gateway.tables.paths import COLDSET, HOTSET, MERGED
 from bergstream.plugins.isk_gateway.tables.provider import ProviderUnavailable, TableProvider
 from bergstream.plugins.isk_gateway.tables.router import NamespaceRouter
+from bergstream.plugins.isk_gateway.tables.snapshot_recorder import SnapshotRecorder
 from bergstream.plugins.isk_gateway.tables.store import FileStore
 
 __all__ = ["IskService", "IskServiceConfig", "create_isk_service"]
@@ -121,6 +123,23 @@ class IskServiceConfig(StrictModel):
         ge=0,
         description="how often the background indexer brings every topic's chunk index up to "
         "date (0: only on LoadTable)",
+    )
+    snapshot_interval_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="how often a table served since start is loaded again to record a snapshot "
+        "when Kafka has new records (0: snapshots only on LoadTable)",
+    )
+    snapshot_max_age_seconds: float = Field(
+        7 * 24 * 3600.0,
+        gt=0,
+        description="how long a hotset or merged table's history keeps a snapshot for time "
+        "travel (the current one is always kept)",
+    )
+    snapshot_max_count: int = Field(
+        500,
+        ge=1,
+        description="how many snapshots a hotset or merged table's history keeps at most",
     )
 
     principals: list[IskPrincipalConfig] = Field(
@@ -218,6 +237,7 @@ class IskService:
             except LakeConfigError as error:
                 raise ValueError(f"isk: {error}") from None
         self._indexer: asyncio.Task[None] | None = None
+        self._recorder: asyncio.Task[None] | None = None
         self.reader: KafkaReader | None = None
         self.index: IndexBackend | None = None
         self.cache: CacheBackend | None = None
@@ -295,6 +315,7 @@ class IskService:
                 synthesizers=self.synthesizers,
                 compression=c.parquet_compression,
                 layouts=self.layouts,
+                history=HistorySettings(c.snapshot_max_age_seconds, c.snapshot_max_count),
             )
             providers: dict[str, TableProvider] = {HOTSET: self.hotset}
             if self.lake is not None:
@@ -315,6 +336,11 @@ class IskService:
                 self.reader, self.hotset.indexer, self.merged, c.index_interval_seconds
             )
             self._indexer = asyncio.create_task(indexer.run())
+        if c.snapshot_interval_seconds > 0 and self.provider is not None:
+            recorder = SnapshotRecorder(
+                self.hotset.histories, self.provider.providers, c.snapshot_interval_seconds
+            )
+            self._recorder = asyncio.create_task(recorder.run())
         namespaces = ", ".join(await self.provider.list_namespaces())
         log.info("isk: catalog %s, s3 %s, namespaces %s", self.catalog_url, self.s3_url, namespaces)
 
@@ -339,11 +365,12 @@ class IskService:
 
     async def stop(self) -> None:
         """Close the listeners, the backends and the Kafka connections; safe to call twice."""
-        indexer, self._indexer = self._indexer, None
-        if indexer is not None:
-            indexer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await indexer
+        for task in (self._indexer, self._recorder):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._indexer = self._recorder = None
         http, self.http = self.http, None
         if http is not None:
             await http.stop()

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bergstream.core.api import crc32c, record_batch
+from bergstream.core.api import ROW_ARROW_SCHEMA, crc32c, record_batch
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdRead
 from bergstream.plugins.ksi_fetch_filter.encode_kernels import (
     BATCHES,
@@ -184,3 +185,22 @@ def encode_cold_batches(
     for begin, end in pairwise(bounds):
         _CRC.pack_into(out, begin + _CRC_FIELD, crc32c(view[begin + _CRC_START : end]))
     return EncodedBatches(out[:size].tobytes(), int(result[NEXT_OFFSET]), int(result[RECORDS]))
+
+
+def warm_up() -> None:
+    """Compile the encoder's kernels (or load them from numba's on-disk cache) now, so the first
+    cold Fetch does not wait for it: one row with a key, a value and a header, encoded once."""
+    from bergstream.plugins.ksi_fetch_filter.segments import decode_segment
+
+    row = {
+        "kafka_partition": 0,
+        "kafka_offset": 0,
+        "kafka_timestamp": datetime.fromtimestamp(0, UTC),
+        "kafka_timestamp_type": 0,
+        "kafka_key": b"k",
+        "kafka_headers": [{"key": "h", "value": b"v"}],
+        "kafka_value": b"v",
+    }
+    table = pa.Table.from_pylist([row], schema=ROW_ARROW_SCHEMA)
+    segment = decode_segment(table, 0)
+    encode_cold_batches(ColdRead(segment, 0, 1, None), 1 << 16, 1 << 16, first_in_response=True)

@@ -3,6 +3,7 @@ Kafka above it, one response to the client."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -26,6 +27,7 @@ from bergstream.core.api import (
     component_log,
     resolve_lake,
 )
+from bergstream.plugins.ksi_fetch_filter.batch_encoder import warm_up as warm_up_encoder
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdsetError
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
 from bergstream.plugins.ksi_fetch_filter.kafka_state import (
@@ -94,6 +96,11 @@ class KsiFilter(ProxyFilter):
         self._access = ReadAccess(factory.config.authorization_cache_seconds)
         self._fetches: dict[int, _FetchPending] = {}
         self._offsets: dict[int, _OffsetsPending] = {}
+        # KIP-227 fetch sessions stay on until this connection fetches a topic KSI serves: the
+        # broker's session would then hold partitions KSI answers (an incremental fetch leaving
+        # them out would make the broker answer them), so from then on every Fetch goes
+        # without a session. A consumer of other topics only keeps its incremental fetches.
+        self._sessions_off = False
 
     # ------------------------------------------------------------------ requests
 
@@ -135,6 +142,7 @@ class KsiFilter(ProxyFilter):
         names = await self._names(request, version, context)
         served = await self.factory.topics.resolve(set(names.values()), ksi_log(context))
         covered = {name for name in names.values() if served.covers(name)}
+        self._sessions_off = self._sessions_off or bool(covered)
         if covered:
             # Cold offsets only for topics Kafka lets this connection read; the others'
             # partitions go to Kafka, which refuses them as it refuses any offset.
@@ -149,7 +157,7 @@ class KsiFilter(ProxyFilter):
             for p in topic.partitions
         ]
         if not asks:
-            return Forward(sessionless(request))
+            return Forward(sessionless(request) if self._sessions_off else request)
         answers = await self._plan_fetch(
             [a for a in asks if a.topic in served.tables], served.tables, request.max_bytes
         )
@@ -339,8 +347,10 @@ class KsiFactory(FilterFactory[KsiConfig]):
         return self._store
 
     async def start(self) -> None:
-        """Create the coldset store; the catalog is opened on the first read."""
+        """Create the coldset store (the catalog is opened on the first read) and load the
+        batch encoder's compiled kernels, so the first cold Fetch does not wait for them."""
         _ = self.store
+        await asyncio.to_thread(warm_up_encoder)
 
     def create_filter(self) -> ProxyFilter:
         """A new filter for one client connection."""

@@ -7,14 +7,13 @@ with the certificate of the user without rights is refused by the brokers."""
 from __future__ import annotations
 
 import textwrap
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bergstream.core.api import KafkaClientSettings
@@ -22,7 +21,7 @@ from bergstream.devstack.stack.env import StackEnv
 from bergstream.devstack.stack.ports import free_port_block
 from tests.isk_secure.test_isk_secure import start_gateway, stop
 from tests.ksi.stack_kit import run_pipeline_once
-from tests.support import start_bergstream_run
+from tests.support import consume_values, start_bergstream_run, write_proxy_config
 
 pytestmark = pytest.mark.slow
 
@@ -68,54 +67,21 @@ def topic(mtls_stack: StackEnv) -> str:
     return name
 
 
-def _consume(config: dict[str, Any], topic: str, count: int) -> list[bytes]:
-    consumer = Consumer(
-        {**config, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest"}
-    )
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(values) < count and time.monotonic() < deadline:
-            message = consumer.poll(1.0)
-            if message is None:
-                continue
-            if message.error():
-                raise KafkaException(message.error())
-            values.append(message.value())
-    finally:
-        consumer.close()
-    return values
-
-
 def test_the_proxy_connects_with_the_admins_certificate(
     mtls_stack: StackEnv, topic: str, tmp_path: Path
 ) -> None:
     env = mtls_stack.as_dict()
     port = free_port_block(5)
-    config = tmp_path / "proxy.yaml"
-    config.write_text(
-        textwrap.dedent(
-            f"""
-            virtual_clusters:
-              - name: mtls
-                target:
-                  bootstrap: ${{BERGSTREAM_KAFKA_BOOTSTRAP}}
-                  kafka_client:
-                    properties_file: ${{BERGSTREAM_KAFKA_CONFIG:-}}
-                gateway: {{host: 127.0.0.1, port: {port}, lowest_broker_id: 0, broker_count: 4}}
-            """
-        )
-    )
+    config = write_proxy_config(tmp_path / "proxy.yaml", "mtls", port)
     proxy = start_bergstream_run(config, f"127.0.0.1:{port}", env, "the mTLS proxy")
     try:
-        values = _consume({"bootstrap.servers": proxy.bootstrap}, topic, RECORDS)
+        values = consume_values({"bootstrap.servers": proxy.bootstrap}, topic, RECORDS)
         assert sorted(values) == sorted(b"v%d" % i for i in range(RECORDS))
     finally:
         proxy.stop()
     # The brokers refuse the certificate of the user without rights, and any client without one.
     with pytest.raises(KafkaException):
-        _consume(_direct(env, "noaccess"), topic, 1)
+        consume_values(_direct(env, "noaccess"), topic, 1)
 
 
 def test_the_pipeline_copies_over_mutual_tls(

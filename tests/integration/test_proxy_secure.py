@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,11 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
 from bergstream.devstack.stack.ports import free_port_block
-from tests.support import ProxyProcess, require_binary, start_bergstream_run, wait_until
+from tests.support import (
+    ProxyProcess,
+    consume_values,
+    require_binary,
+    start_bergstream_run,
+    wait_until,
+    write_proxy_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -42,21 +48,8 @@ def secure_proxy(
     """``bergstream run`` with ``examples/proxy.yaml``'s shape: the target's security from the
     admin's properties file (the stack's ``BERGSTREAM_KAFKA_CONFIG``)."""
     port = free_port_block(5)
-    config = tmp_path_factory.mktemp("secure-proxy") / "proxy.yaml"
-    config.write_text(
-        textwrap.dedent(
-            f"""
-            virtual_clusters:
-              - name: secure
-                target:
-                  bootstrap: ${{BERGSTREAM_KAFKA_BOOTSTRAP}}
-                  kafka_client:
-                    properties_file: ${{BERGSTREAM_KAFKA_CONFIG:-}}
-                gateway: {{host: 127.0.0.1, port: {port}, lowest_broker_id: 0,
-                          broker_count: 4}}
-                filters: []
-            """
-        )
+    config = write_proxy_config(
+        tmp_path_factory.mktemp("secure-proxy") / "proxy.yaml", "secure", port
     )
     proxy = start_bergstream_run(config, f"127.0.0.1:{port}", secure_stack_env, "the secured proxy")
     try:
@@ -87,26 +80,6 @@ def _produce(config: dict[str, Any], topic: str, count: int, prefix: str = "v") 
     assert producer.flush(60) == 0
 
 
-def _consume(config: dict[str, Any], topic: str, count: int, timeout: float = 60) -> list[bytes]:
-    consumer = Consumer(
-        {**config, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest"}
-    )
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(values) < count and time.monotonic() < deadline:
-            message = consumer.poll(1.0)
-            if message is None:
-                continue
-            if message.error():
-                raise KafkaException(message.error())
-            values.append(message.value())
-    finally:
-        consumer.close()
-    return values
-
-
 def test_sasl_clients_produce_and_consume_through_the_proxy(
     secure_proxy: ProxyProcess,
     secure_stack_env: dict[str, str],
@@ -121,7 +94,7 @@ def test_sasl_clients_produce_and_consume_through_the_proxy(
     assert {b.port for b in metadata.brokers.values()} <= set(range(proxy_port + 1, proxy_port + 5))
     assert {b.host for b in metadata.brokers.values()} == {"127.0.0.1"}
     _produce(config, topic, RECORDS)
-    values = _consume(config, topic, RECORDS)
+    values = consume_values(config, topic, RECORDS)
     assert sorted(values) == sorted(f"v{i}".encode() for i in range(RECORDS))
 
 
@@ -133,7 +106,7 @@ def test_plain_mechanism_passes_through(
     topic = new_secure_topic(partitions=3)
     config = {**_client(secure_proxy, secure_stack_env), "sasl.mechanism": "PLAIN"}
     _produce(config, topic, 100)
-    assert len(_consume(config, topic, 100)) == 100
+    assert len(consume_values(config, topic, 100)) == 100
 
 
 def test_kcat_and_the_java_console_consumer_through_the_proxy(
@@ -248,7 +221,7 @@ def test_refused_clients_get_kafka_errors_and_the_proxy_stays_up(
         failures
     )
     # Nothing came down: the admin still gets through, on new connections.
-    assert len(_consume(admin, topic, 10)) == 10
+    assert len(consume_values(admin, topic, 10)) == 10
     assert secure_proxy.process.poll() is None
 
 

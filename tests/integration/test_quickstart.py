@@ -55,6 +55,7 @@ from bergstream.devstack.quickstart.schema import (
 from bergstream.devstack.stack import attach_process, attached_processes, stack_down
 from bergstream.devstack.stack.ports import free_port_block, free_ports, port_is_open
 from bergstream.devstack.stack.procs import pid_alive, spawn_detached
+from bergstream.devstack.stack.trino import TrinoServer, create_catalog_sql
 from tests.support import REPO
 
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
@@ -358,6 +359,22 @@ def _printed_instructions_work(out: str, rows: int) -> None:
     assert scanned.to_arrow().num_rows == rows
 
 
+def _printed_trino_settings_work(out: str, rows: int, workdir: Path) -> None:
+    """Create the catalog the quickstart printed for Trino, property for property, in a Trino
+    476 started for this check, and run the printed query."""
+    block = _search(r"(?ms)^  Trino .*?\n((?:    [a-z0-9.-]+=\S+\n)+)    trino> (.*?);$", out)
+    properties = dict(line.strip().split("=", 1) for line in block[1].splitlines())
+    assert properties["iceberg.rest-catalog.vended-credentials-enabled"] == "true"
+    assert not any("access-key" in key or "secret" in key for key in properties)
+    server = TrinoServer(workdir)
+    try:
+        server.start()
+        server.query(create_catalog_sql("isk", properties))
+        assert server.query(block[2]).scalar() == rows
+    finally:
+        server.stop()
+
+
 @pytest.mark.slow
 def test_quickstart_runs_end_to_end(tmp_path: Path) -> None:
     catalog, s3 = free_ports(2)
@@ -463,6 +480,7 @@ def test_quickstart_runs_end_to_end(tmp_path: Path) -> None:
             assert needle in out
 
         _printed_instructions_work(out, produced + 1)
+        _printed_trino_settings_work(out, produced + 1, tmp_path / "trino")
 
         # What the output claims holds afterwards: Kafka really lost the cold offsets, and
         # ISK, KSI and the stack keep running for the user's own clients.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -76,14 +77,23 @@ def test_load_table_vends_s3_config_and_etag(isk: RunningService, provider: Fake
     loaded = provider.tables["merged", "orders"]
     assert body["metadata-location"] == loaded.metadata_location
     assert body["metadata"] == loaded.metadata
-    assert body["config"] == {
+    config = body["config"]
+    # Temporary credentials for this table: all three keys (Trino needs them), never the root.
+    vended = {"s3.access-key-id", "s3.secret-access-key", "s3.session-token"}
+    expires_ms = int(config["s3.session-token-expires-at-ms"])
+    assert {k: v for k, v in config.items() if k not in vended} == {
         "s3.endpoint": isk.s3_url,
         "s3.path-style-access": "true",
-        "s3.access-key-id": ACCESS_KEY,
-        "s3.secret-access-key": SECRET_KEY,
+        "s3.session-token-expires-at-ms": str(expires_ms),
         "s3.region": "us-east-1",
         "client.region": "us-east-1",
     }
+    assert abs(expires_ms / 1000 - time.time() - 3600) < 60
+    assert config["s3.access-key-id"].startswith("ASIA") and len(config["s3.access-key-id"]) == 20
+    assert config["s3.access-key-id"] != ACCESS_KEY and SECRET_KEY not in raw.decode()
+    location = loaded.metadata["location"]
+    assert body["storage-credentials"] == [{"prefix": location, "config": config}]
+    assert headers["Cache-Control"] == "no-store"
     etag = headers["ETag"]
     assert etag.startswith('"') and etag.endswith('"')
     assert call(url, headers={"If-None-Match": etag})[0] == 304
@@ -91,8 +101,12 @@ def test_load_table_vends_s3_config_and_etag(isk: RunningService, provider: Fake
     assert call(url, method="HEAD")[0] == 204
     status, body = call_json(f"{url.split('?')[0]}/credentials")
     assert status == 200
-    assert body["storage-credentials"][0]["prefix"] == f"s3://{BUCKET}/"
-    assert body["storage-credentials"][0]["config"]["s3.endpoint"] == isk.s3_url
+    [credential] = body["storage-credentials"]
+    assert credential["prefix"] == location == f"s3://{BUCKET}/merged/orders"
+    assert credential["config"]["s3.endpoint"] == isk.s3_url
+    # Refreshed: a new token (another expiry or the same second: then the same credentials).
+    assert set(credential["config"]) == set(config)
+    assert credential["config"]["s3.session-token"].startswith("isks1.")
     status, _, raw = call(
         f"{url.split('?')[0]}/metrics",
         method="POST",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
 import urllib.error
 import urllib.request
 from typing import Any
@@ -11,8 +10,6 @@ from urllib.parse import unquote
 import boto3
 import pyarrow.parquet as pq
 import pytest
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
 from botocore.client import BaseClient
 from botocore.config import Config
 from botocore.credentials import Credentials
@@ -30,6 +27,7 @@ from tests.isk_http.fakes import (
     FakeProvider,
     RunningService,
 )
+from tests.isk_http.raw_s3 import raw_signed_get
 
 BLOB_KEY = "hotset/orders/data/blob.bin"
 
@@ -234,21 +232,8 @@ def test_pyarrow_s3filesystem(isk: RunningService) -> None:
 def test_raw_escaping_paths_are_denied(isk: RunningService, raw_key: str) -> None:
     """Paths sent exactly as written (no client-side normalisation), correctly signed."""
     host = isk.s3_url.removeprefix("http://")
-    path = f"/{BUCKET}/{raw_key}"
-    request = AWSRequest(method="GET", url=f"http://{host}{path}")
-    request.headers["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD"
-    S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(request)
-    connection = http.client.HTTPConnection(host, timeout=10)
-    try:
-        connection.putrequest("GET", path, skip_accept_encoding=True)
-        for name, value in request.headers.items():
-            connection.putheader(name, value)
-        connection.endheaders()
-        response = connection.getresponse()
-        body = response.read()
-    finally:
-        connection.close()
-    assert response.status == 403, body
+    status, body = raw_signed_get(host, f"/{BUCKET}/{raw_key}", Credentials(ACCESS_KEY, SECRET_KEY))
+    assert status == 403, body
     assert b"<Code>AccessDenied</Code>" in body
     assert b"invalid key" in body, body  # signature was valid; the key was refused
 

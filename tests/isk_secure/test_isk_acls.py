@@ -5,7 +5,8 @@ stack (SASL_SSL, SCRAM-SHA-512, StandardAuthorizer, no ACL means no access).
 ``reader`` user created here with READ and DESCRIBE on one topic only, ``noaccess`` (the stack's
 user without any ACL) and ``wrongpw`` (the reader with a wrong Kafka password). PyIceberg and
 DuckDB check that admin reads both topics, the reader only its own (its LoadTable of the other is
-a 404, a direct S3 GET of the other's file signed with its own vended keys a 403), noaccess sees
+a 404, a direct S3 GET of the other's file signed with its own vended session credentials a
+403, and so is the admin's with the credentials of another table), noaccess sees
 no table, wrong catalog and Kafka passwords are authentication errors, and ISK stays up."""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pytest
 from bergstream.core.api import KafkaAuthenticationError, KafkaClientSettings, open_kafka_connection
 from bergstream.devstack.stack.ports import free_ports
 from tests.isk_e2e.helpers import duckdb_connection
-from tests.support import ProxyProcess, start_bergstream_run, wait_until
+from tests.support import ProxyProcess, boto_s3, s3_error, start_bergstream_run, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -324,40 +325,32 @@ def test_the_reader_sees_and_reads_only_its_topic(setup: Setup) -> None:
     alive(setup)
 
 
-def s3_client(setup: Setup, key: str, secret: str) -> Any:
-    import boto3
-    from botocore.config import Config
+def s3_client(setup: Setup, key: str, secret: str, token: str | None = None) -> Any:
+    """A boto3 client of the setup's S3 gateway."""
+    return boto_s3(setup.s3_url, key, secret, token)
 
-    return boto3.client(
-        "s3",
-        endpoint_url=setup.s3_url,
-        aws_access_key_id=key,
-        aws_secret_access_key=secret,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+
+def vended_client(setup: Setup, table: Any) -> Any:
+    """An S3 client with the session credentials LoadTable vended with ``table``."""
+    from pyiceberg.io import S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY, S3_SESSION_TOKEN
+
+    props = table.io.properties
+    return s3_client(
+        setup, props[S3_ACCESS_KEY_ID], props[S3_SECRET_ACCESS_KEY], props[S3_SESSION_TOKEN]
     )
 
 
-def s3_error(call: Callable[[], Any]) -> tuple[str, int]:
-    from botocore.exceptions import ClientError
-
-    with pytest.raises(ClientError) as caught:
-        call()
-    response: Any = caught.value.response
-    return response["Error"]["Code"], response["ResponseMetadata"]["HTTPStatusCode"]
-
-
 def test_the_reader_vended_keys_cannot_fetch_the_other_topic_from_s3(setup: Setup) -> None:
-    from pyiceberg.io import S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY
+    from pyiceberg.io import S3_ACCESS_KEY_ID
 
     admin_table = catalog(setup, "admin").load_table(f"hotset.{setup.other}")
     other_file = next(iter(admin_table.scan().plan_files())).file.file_path
     reader_table = catalog(setup, "reader").load_table(f"hotset.{setup.allowed}")
     own_file = next(iter(reader_table.scan().plan_files())).file.file_path
     key_id = reader_table.io.properties[S3_ACCESS_KEY_ID]
-    secret = reader_table.io.properties[S3_SECRET_ACCESS_KEY]
-    assert key_id != ROOT_KEY and key_id != admin_table.io.properties[S3_ACCESS_KEY_ID]
-    reader = s3_client(setup, key_id, secret)
+    assert key_id.startswith("ASIA") and key_id != ROOT_KEY
+    assert key_id != admin_table.io.properties[S3_ACCESS_KEY_ID]
+    reader = vended_client(setup, reader_table)
     bucket, _, own_key = own_file.removeprefix("s3://").partition("/")
     assert reader.get_object(Bucket=bucket, Key=own_key)["Body"].read()[:4] == b"PAR1"
     other_key = other_file.removeprefix(f"s3://{bucket}/")
@@ -370,6 +363,10 @@ def test_the_reader_vended_keys_cannot_fetch_the_other_topic_from_s3(setup: Setu
     listed = reader.list_objects_v2(Bucket=bucket, Prefix="acls/hotset/")
     topics = {obj["Key"].split("/")[2] for obj in listed.get("Contents", [])}
     assert topics == {setup.allowed}
+    # The admin may read both topics, but each table's credentials only that table's files.
+    admin = vended_client(setup, admin_table)
+    assert admin.get_object(Bucket=bucket, Key=other_key)["Body"].read()[:4] == b"PAR1"
+    assert s3_error(lambda: admin.get_object(Bucket=bucket, Key=own_key)) == ("AccessDenied", 403)
     # The configured pair is only the root of the vended ones: S3 refuses it.
     root = s3_client(setup, ROOT_KEY, ROOT_SECRET)
     assert s3_error(lambda: root.get_object(Bucket=bucket, Key=own_key))[1] == 403
@@ -443,7 +440,7 @@ async def test_kafka_answers_per_principal_and_the_answer_is_kept_for_its_ttl(
 
     def principal(name: str, **kafka: str) -> Principal:
         settings = KafkaClientSettings.model_validate({**base, **kafka})
-        return Principal(name, settings, f"key-{name}", "secret")
+        return Principal(name, settings)
 
     admin = await authorizer.readable(principal("admin"))
     assert {setup.allowed, setup.other, setup.described} <= admin
@@ -454,7 +451,7 @@ async def test_kafka_answers_per_principal_and_the_answer_is_kept_for_its_ttl(
     noaccess = KafkaClientSettings.model_validate(
         {"properties_file": secure_stack_env["BERGSTREAM_KAFKA_CONFIG_NOACCESS"]}
     )
-    assert await authorizer.readable(Principal("noaccess", noaccess, "k", "s")) == frozenset()
+    assert await authorizer.readable(Principal("noaccess", noaccess)) == frozenset()
     # Within the TTL the answer is kept (the same name with a wrong password is not asked) ...
     wrong = principal("reader", **{"sasl.username": setup.reader_user, "sasl.password": "wrong"})
     now[0] = 4.9

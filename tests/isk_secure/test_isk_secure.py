@@ -22,13 +22,20 @@ from typing import Any
 import pytest
 
 from bergstream.core.api import KafkaClientSettings
+from bergstream.devstack.stack.env import StackEnv
 from bergstream.devstack.stack.ports import free_ports
 from bergstream.plugins.isk_gateway.files.synthesis import records_to_table
 from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
 from tests.conftest import SECURE_REAUTH_MS
-from tests.isk_e2e.helpers import attach_isk, duckdb_connection
+from tests.failover.test_failover import pipeline_once
+from tests.isk_e2e.helpers import (
+    attach_isk,
+    attach_spark_catalog,
+    duckdb_connection,
+    shared_spark,
+)
 from tests.isk_secure.certs import ServerCertificate, write_server_certificate
-from tests.support import ProxyProcess, start_bergstream_run
+from tests.support import ProxyProcess, secure_lake_yaml, start_bergstream_run
 
 pytestmark = pytest.mark.slow
 
@@ -57,9 +64,11 @@ def start_gateway(
     workdir: Path,
     properties_file: Path | str,
     certs: ServerCertificate | None = None,
+    more: str = "",
 ) -> Gateway:
     """``bergstream run`` of an isk service over the secured stack, connecting as
-    ``properties_file`` says, over HTTPS with ``certs``."""
+    ``properties_file`` says, over HTTPS with ``certs``; ``more``: top-level YAML after it
+    (a ``lake:`` section)."""
     catalog_port, s3_port = free_ports(2)
     tls = (
         f'tls: {{cert_file: "{certs.cert_file}", key_file: "{certs.key_file}"}}'
@@ -89,11 +98,12 @@ def start_gateway(
                   cache: {{type: local, config: {{directory: "{workdir / "cache"}"}}}}
             """
         )
+        + more
     )
     running = start_bergstream_run(
         config,
         env["BERGSTREAM_KAFKA_BOOTSTRAP"],
-        {"BERGSTREAM_HOME": str(workdir / "home")},
+        {**env, "BERGSTREAM_HOME": str(workdir / "home")},
         "the isk service",
     )
     scheme = "https" if certs is not None else "http"
@@ -110,6 +120,12 @@ def stop(gateway: Gateway) -> None:
 @pytest.fixture(scope="module")
 def topic(secure_stack_env: dict[str, str], new_secure_topic: Callable[..., str]) -> str:
     """A 6-partition topic with ``PER_PARTITION`` records in each, produced as the admin."""
+    return make_topic(secure_stack_env, new_secure_topic)
+
+
+def make_topic(secure_stack_env: dict[str, str], new_secure_topic: Callable[..., str]) -> str:
+    """A 6-partition topic, its leaders on all three brokers, with ``PER_PARTITION`` records in
+    each, produced as the admin."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
@@ -366,3 +382,64 @@ async def test_reader_with_plain_keeps_the_password_out_of_debug_logs(
         assert len(records_to_table(fetched.records, 5, 0, PER_PARTITION, ())) == PER_PARTITION
     assert "SaslAuthenticateRequest(sasl_auth_bytes=***)" in caplog.text  # aiokafka's line
     assert password not in caplog.text
+
+
+def test_merged_reads_the_same_through_pyiceberg_duckdb_and_spark(
+    secure_stack: StackEnv,
+    secure_stack_env: dict[str, str],
+    new_secure_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """The pipeline copies the topic from the secured cluster into the coldset; then new
+    records arrive; ``merged`` holds each record once through PyIceberg, DuckDB and Spark."""
+    from confluent_kafka import Producer
+    from pyiceberg.catalog.rest import RestCatalog
+
+    topic = make_topic(secure_stack_env, new_secure_topic)
+    home = tmp_path / "home"
+    gateway = start_gateway(
+        secure_stack_env,
+        tmp_path,
+        secure_stack_env["BERGSTREAM_KAFKA_CONFIG"],
+        more=secure_lake_yaml(home, trigger_seconds=5),
+    )
+    try:
+        assert pipeline_once(secure_stack, tmp_path / "isk.yaml", topic)
+        config = {
+            **admin_settings(secure_stack_env).librdkafka(),
+            "bootstrap.servers": secure_stack_env["BERGSTREAM_KAFKA_BOOTSTRAP"],
+        }
+        producer = Producer(config)
+        for partition in range(PARTITIONS):
+            producer.produce(topic, key=b"late", value=b"late-%d" % partition, partition=partition)
+        assert producer.flush(60) == 0
+        expected = expected_rows() + [
+            (p, PER_PARTITION, b"late", b"late-%d" % p) for p in range(PARTITIONS)
+        ]
+        catalog = RestCatalog("isk", uri=gateway.catalog_url)
+        deadline = time.monotonic() + 60  # ISK sees the pipeline's commit within seconds
+        while catalog.load_table(f"coldset.{topic}").current_snapshot() is None:
+            assert time.monotonic() < deadline, "ISK never saw the pipeline's commit"
+            time.sleep(1)
+        table = catalog.load_table(f"merged.{topic}")
+        assert as_tuples(table.scan().to_arrow().to_pylist()) == sorted(expected)
+        files = [task.file.file_path for task in table.scan().plan_files()]
+        assert any("/files/" in f for f in files) and any("/data/p=" in f for f in files)
+
+        connection = duckdb_connection()
+        try:
+            attach_isk(connection, gateway.catalog_url)
+            got = connection.execute(f'SELECT {COLUMNS} FROM isk.merged."{topic}"').fetchall()
+        finally:
+            connection.close()
+        assert sorted(got) == sorted(expected)
+
+        with shared_spark() as spark:
+            name = attach_spark_catalog(spark, gateway.catalog_url)
+            rows = spark.sql(f"SELECT {COLUMNS} FROM {name}.merged.`{topic}`").collect()
+        assert sorted(
+            (r.kafka_partition, r.kafka_offset, bytes(r.kafka_key), bytes(r.kafka_value))
+            for r in rows
+        ) == sorted(expected)
+    finally:
+        stop(gateway)

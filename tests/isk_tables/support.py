@@ -11,6 +11,11 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadataV2
 
 from bergstream.plugins.isk_gateway.files.fileio import KeyFileIO
+from bergstream.plugins.isk_gateway.files.table_metadata import (
+    BuiltTable,
+    build_metadata,
+    plan_table,
+)
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from bergstream.plugins.isk_gateway.tables.provider import LoadedTable
 
@@ -40,3 +45,11 @@ async def scan_rows(provider: HotsetProvider, loaded: LoadedTable, **scan: Any) 
 
     rows = await asyncio.to_thread(run)
     return sorted(rows, key=lambda row: (row["kafka_partition"], row["kafka_offset"]))
+
+
+def build_table(
+    bucket: str, cluster: str, topic: str, chunks: Any, end_offsets: Any, **options: Any
+) -> BuiltTable:
+    """The metadata of a hotset table with one snapshot and no history, from its chunks."""
+    plan = plan_table(bucket, cluster, topic, chunks, end_offsets, **options)
+    return build_metadata(bucket, cluster, plan)

@@ -14,8 +14,9 @@ from bergstream.core.row_contract import OFFSET_ID, TIMESTAMP_ID
 from bergstream.plugins.isk_gateway.files.data_files import chunk_bounds
 from bergstream.plugins.isk_gateway.files.digests import sync_marker
 from bergstream.plugins.isk_gateway.files.fileio import BytesInputFile
-from bergstream.plugins.isk_gateway.files.table_metadata import build_table, snapshot_id_of
+from bergstream.plugins.isk_gateway.files.table_metadata import snapshot_id_of
 from bergstream.plugins.isk_gateway.tables.paths import key_from_uri, parse_key
+from tests.isk_tables.support import build_table
 
 US = 1_700_000_000_000_000
 

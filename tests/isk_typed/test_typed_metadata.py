@@ -24,10 +24,11 @@ from bergstream.core.api import (
 )
 from bergstream.plugins.isk_gateway.files.data_files import chunk_bounds, chunk_key
 from bergstream.plugins.isk_gateway.files.fileio import KeyFileIO
-from bergstream.plugins.isk_gateway.files.table_metadata import BuiltTable, build_table
+from bergstream.plugins.isk_gateway.files.table_metadata import BuiltTable
 from bergstream.plugins.isk_gateway.files.typed_topic import TypedTopic, layout_digest
 from bergstream.plugins.isk_gateway.tables.paths import DataKey, key_from_uri, parse_key
 from bergstream.plugins.isk_gateway.tables.provider import NoSuchFile
+from tests.isk_tables.support import build_table
 from tests.isk_typed.avro_kit import PAYMENT_V1, PAYMENT_V2
 
 DIGEST = "0123456789abcdef0123"

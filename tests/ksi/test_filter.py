@@ -515,6 +515,33 @@ async def test_without_topics_a_topic_without_a_table_passes_through(lake: Resol
     await factory.close()
 
 
+async def test_fetch_sessions_stay_on_until_a_served_topic_is_fetched(
+    lake: ResolvedLake,
+) -> None:
+    """KIP-227: a connection fetching only topics KSI does not serve keeps its fetch session
+    (incremental fetches pass as they are); once it fetches a served topic, its Fetches go
+    without a session, also those of other topics."""
+    factory = _factory(lake)
+    await factory.start()
+    context = FakeFilterContext(upstream=_upstream)
+    ksi = KsiFilter(factory)
+    header, other = _fetch(12, {0: 0}, topic="clicks")
+    action = await ksi.on_request(header, other, context)
+    assert isinstance(action, Forward) and action.payload == other
+    assert (action.payload.session_id, action.payload.session_epoch) == (7, 3)
+    header, hot = _fetch(12, {0: BOUNDARY})
+    action = await ksi.on_request(header, hot, context)
+    assert isinstance(action, Forward)
+    assert (action.payload.session_id, action.payload.session_epoch) == (0, -1)
+    action = await ksi.on_request(header, other, context)
+    assert isinstance(action, Forward) and action.payload.topics == other.topics
+    assert (action.payload.session_id, action.payload.session_epoch) == (0, -1)
+    # Another connection's filter keeps its sessions.
+    action = await KsiFilter(factory).on_request(header, other, context)
+    assert isinstance(action, Forward) and action.payload.session_id == 7
+    await factory.close()
+
+
 async def test_a_table_created_after_start_is_served_without_a_restart(tmp_path: Path) -> None:
     lake = make_lake(tmp_path)
     factory = _factory(lake, topics=None, namespace_refresh_seconds=0.2)

@@ -22,7 +22,12 @@ from kio.schema.errors import ErrorCode
 from bergstream.core.api import ApiKey, KafkaClientSettings, kafka_request, open_kafka_connection
 from bergstream.core.proxy.codec import build, field_entity_type, request_schema
 from tests.ksi.stack_kit import Seen, make_records, run_pipeline_once, seen_from_confluent
-from tests.support import ProxyProcess, start_bergstream_run
+from tests.support import (
+    ProxyProcess,
+    secure_lake_yaml,
+    start_bergstream_run,
+    write_proxy_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -114,19 +119,7 @@ def world(
         partitions=PARTITIONS, **{"message.timestamp.after.max.ms": "9223372036854775807"}
     )
     expected = _produce(secure_stack_env, topic)
-    lake = f"""
-lake:
-  kafka_bootstrap: ${{BERGSTREAM_KAFKA_BOOTSTRAP}}
-  kafka_client:
-    properties_file: ${{BERGSTREAM_KAFKA_CONFIG:-}}
-  catalog:
-    type: sql
-    uri: "sqlite:///{home}/lake/catalog.db"
-    warehouse: "{home}/lake/warehouse"
-  pipeline:
-    checkpoint_dir: "{home}/lake/checkpoints"
-    spark_conf: {{spark.driver.memory: 1g, spark.sql.shuffle.partitions: "2"}}
-"""
+    lake = secure_lake_yaml(home)
     pipeline_config = home / "lake.yaml"
     pipeline_config.write_text(lake)
     with pytest.MonkeyPatch.context() as patch:
@@ -141,21 +134,8 @@ lake:
     for future in futures.values():
         assert future.result(timeout=60).low_watermark == DELETED_BELOW
     port = free_port_block(5)
-    config = home / "ksi.yaml"
-    config.write_text(
-        f"""
-virtual_clusters:
-  - name: ksi
-    target:
-      bootstrap: ${{BERGSTREAM_KAFKA_BOOTSTRAP}}
-      kafka_client:
-        properties_file: ${{BERGSTREAM_KAFKA_CONFIG:-}}
-    gateway: {{host: 127.0.0.1, port: {port}, lowest_broker_id: 0, broker_count: 4}}
-    filters:
-      - type: ksi
-        config: {{topics: ["{topic}"]}}
-"""
-        + lake
+    config = write_proxy_config(
+        home / "ksi.yaml", "ksi", port, f'[{{type: ksi, config: {{topics: ["{topic}"]}}}}]', lake
     )
     proxy = start_bergstream_run(config, f"127.0.0.1:{port}", secure_stack_env, "the ksi proxy")
     try:

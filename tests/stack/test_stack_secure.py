@@ -43,6 +43,7 @@ from bergstream.devstack.stack import (
 from bergstream.devstack.stack.env import KafkaClientSecurity
 from bergstream.devstack.stack.ports import free_port, port_is_open
 from bergstream.devstack.stack.procs import pid_alive
+from tests.support import consume_values
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
@@ -441,28 +442,6 @@ def _produce(conf: dict[str, Any], topic: str, values: range, timeout: float = 6
     assert failed == []
 
 
-def _consume(conf: dict[str, Any], topic: str, count: int, timeout: float = 60.0) -> list[bytes]:
-    """Read ``count`` records of ``topic`` from the beginning, as a new consumer group."""
-    from confluent_kafka import Consumer
-
-    consumer = Consumer(
-        {**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest"}
-    )
-    values: list[bytes] = []
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + timeout
-        while len(values) < count and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
-
-
 def _refused(conf: dict[str, Any], timeout: float = 5.0) -> list[Any]:
     """The errors a client with ``conf`` gets asking for metadata (it must get no answer)."""
     from confluent_kafka import KafkaException
@@ -489,7 +468,7 @@ def test_ssl_single_broker_mutual_tls(tmp_path_factory: pytest.TempPathFactory) 
         conf = _client_conf(exported["BERGSTREAM_KAFKA_CONFIG"])
         topic = f"mtls-{uuid.uuid4().hex[:8]}"
         _produce(conf, topic, range(5))
-        assert sorted(_consume(conf, topic, 5)) == [f"v{i}".encode() for i in range(5)]
+        assert sorted(consume_values(conf, topic, 5)) == [f"v{i}".encode() for i in range(5)]
         # TLS with the CA but no client certificate: the handshake is refused.
         no_cert = {
             "bootstrap.servers": env.kafka_bootstrap,
@@ -585,7 +564,7 @@ def test_admin_creates_a_replicated_topic_and_round_trips(cluster: Cluster) -> N
     assert all(sorted(p.replicas) == [1, 2, 3] for p in partitions.values())
     assert {p.leader for p in partitions.values()} == {1, 2, 3}  # leaders spread
     _produce(_admin_conf(cluster), cluster.topic, range(30))
-    values = _consume(_admin_conf(cluster), cluster.topic, 30)
+    values = consume_values(_admin_conf(cluster), cluster.topic, 30)
     assert sorted(values) == sorted(f"v{i}".encode() for i in range(30))
 
 
@@ -723,7 +702,7 @@ def test_a_killed_broker_does_not_stop_the_cluster_and_comes_back(cluster: Clust
         stack_env(cluster.home)
     t0 = time.monotonic()
     _produce(_admin_conf(cluster), cluster.topic, range(30, 90), timeout=90)
-    values = _consume(_admin_conf(cluster), cluster.topic, 90, timeout=90)
+    values = consume_values(_admin_conf(cluster), cluster.topic, 90, timeout=90)
     print(f"\nproduce and consume with a broker down: {time.monotonic() - t0:.1f} s")
     assert sorted(values) == sorted(f"v{i}".encode() for i in range(90))
     env = _up(cluster.home)

@@ -345,7 +345,8 @@ def test_registry_download_failure_is_a_clear_error_and_not_cached(
     with pytest.raises(StackError, match=r"mvn.*apt-get install -y maven"):
         schema_registry.ensure_registry(paths)
     _fake_mvn(empty_path, tmp_path / "mvn-calls", fail=True)
-    with pytest.raises(StackError, match=r"(?s)could not download Apicurio.*Could not transfer"):
+    failed = r"(?s)could not download io.apicurio:apicurio-registry-app.*Could not transfer"
+    with pytest.raises(StackError, match=failed):
         schema_registry.ensure_registry(paths)
     assert not schema_registry.registry_ready(paths)
     assert not schema_registry.registry_dir(paths).exists()

@@ -1,6 +1,6 @@
 """ISK's principals without Kafka: config parsing (Kafka settings inherited, secrets never shown),
-bearer tokens and their expiry, the derived S3 keys, SigV4 signatures mapped to their principal,
-and the catalog and S3 gateway serving each principal only what its ``readable`` answer allows
+bearer tokens and their expiry, vended S3 credentials naming their principal, and the catalog
+and S3 gateway serving each principal only what its ``readable`` answer allows
 (here a fixed answer; Kafka's own answer is tested on the secured stack in
 tests/isk_secure/test_isk_acls.py)."""
 
@@ -27,12 +27,12 @@ from pydantic import ValidationError
 from bergstream.core.api import KafkaClientSettings
 from bergstream.core.problems import pydantic_problems
 from bergstream.plugins.isk_gateway.http import IskHttpConfig, IskHttpService
+from bergstream.plugins.isk_gateway.http.credentials import CredentialKeys
 from bergstream.plugins.isk_gateway.http.principals import (
     IskPrincipalConfig,
     Principal,
     PrincipalDirectory,
     PrincipalRefused,
-    derive_s3_keys,
 )
 from bergstream.plugins.isk_gateway.http.sigv4 import SigV4Error, verify_sigv4
 from bergstream.plugins.isk_gateway.kafka.authorization import (
@@ -295,22 +295,12 @@ def test_catalog_credentials_are_checked() -> None:
     assert principals.basic("reader-client", CLIENT_SECRET + "reader") is None
 
 
-def test_s3_keys_are_derived_per_principal_from_the_root() -> None:
-    key, secret = derive_s3_keys(ROOT_KEY, ROOT_SECRET, "reader")
-    assert derive_s3_keys(ROOT_KEY, ROOT_SECRET, "reader") == (key, secret)  # stable
-    assert key.startswith("ISK") and len(key) == 23 and key[3:].isupper()
-    others = {
-        derive_s3_keys(ROOT_KEY, ROOT_SECRET, "admin"),
-        derive_s3_keys(ROOT_KEY, "other-root", "reader"),
-        derive_s3_keys("other-key", ROOT_SECRET, "reader"),
-    }
-    assert all(k != key and s != secret for k, s in others)
-    assert ROOT_SECRET not in secret and ROOT_KEY not in key
+def test_principals_are_found_by_name() -> None:
     principals = directory()
-    reader = principals.principals[0]
-    assert (reader.access_key, reader.secret_key) == (key, secret)
-    assert principals.by_access_key(key) == reader and principals.by_access_key(ROOT_KEY) is None
-    assert secret not in repr(reader)
+    assert principals.by_name("reader") == principals.principals[0]
+    assert principals.by_name("admin") == principals.principals[1]
+    assert principals.by_name("unknown") is None and principals.by_name("") is None
+    assert READER_PASSWORD not in repr(principals.principals[0])
 
 
 def test_signatures_map_to_the_principal_whose_secret_made_them() -> None:
@@ -387,17 +377,40 @@ class Gateway:
         self.thread.join(timeout=10)
         self.loop.close()
 
-    def s3(self, name: str) -> BaseClient:
-        principal = next(p for p in self.principals.principals if p.name == name)
-        return s3_client(self.s3_url, principal.access_key, principal.secret_key)
+    def vended(self, client_id: str, table: str) -> dict[str, str]:
+        """The S3 config LoadTable vends OAuth client ``client_id`` for ``hotset.<table>``."""
+        url = f"{self.catalog_url}/v1/namespaces/hotset/tables/{table}"
+        status, body = call(url, headers=bearer(self, client_id))
+        assert status == 200, body
+        config: dict[str, str] = body["config"]
+        return config
+
+    def s3(self, client_id: str, table: str) -> BaseClient:
+        """A client with the credentials vended to ``client_id`` for ``hotset.<table>``."""
+        config = self.vended(client_id, table)
+        return s3_client(
+            self.s3_url,
+            config["s3.access-key-id"],
+            config["s3.secret-access-key"],
+            config["s3.session-token"],
+        )
+
+    def issued(self, principal: str | None, table: str) -> BaseClient:
+        """A client with credentials for ``principal`` issued directly with the root (as
+        LoadTable would, before Kafka's answer changed)."""
+        vended = CredentialKeys(ROOT_KEY, ROOT_SECRET).issue(
+            f"{CLUSTER}/hotset/{table}", principal, 60
+        )
+        return s3_client(self.s3_url, vended.access_key, vended.secret_key, vended.session_token)
 
 
-def s3_client(url: str, key: str, secret: str) -> BaseClient:
+def s3_client(url: str, key: str, secret: str, token: str | None = None) -> BaseClient:
     return boto3.client(
         "s3",
         endpoint_url=url,
         aws_access_key_id=key,
         aws_secret_access_key=secret,
+        aws_session_token=token,
         region_name="us-east-1",
         config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
     )
@@ -409,7 +422,8 @@ def gateway() -> Iterator[Gateway]:
     for table in ("orders", "payments"):
         provider.tables["hotset", table] = LoadedTable(
             f"s3://bergstream/{CLUSTER}/hotset/{table}/metadata/1.metadata.json",
-            _metadata("hotset", table),
+            # Vended credentials are scoped to the table's location: the gateway's key layout.
+            {**_metadata("hotset", table), "location": f"s3://bergstream/{CLUSTER}/hotset/{table}"},
         )
     provider.files[ORDERS_KEY] = b"orders bytes"
     provider.files[PAYMENTS_KEY] = b"payments bytes"
@@ -463,10 +477,15 @@ def test_the_catalog_lists_and_loads_only_readable_tables(gateway: Gateway) -> N
     reader = bearer(gateway, "reader-client")
     status, body = call(f"{tables}/orders", headers=reader)
     assert status == 200
-    principal = gateway.principals.principals[0]
-    assert body["config"]["s3.access-key-id"] == principal.access_key
-    assert body["config"]["s3.secret-access-key"] == principal.secret_key
-    assert ROOT_SECRET not in json.dumps(body)
+    # Temporary credentials for this table, naming the principal; never the root pair.
+    config = body["config"]
+    vended = CredentialKeys(ROOT_KEY, ROOT_SECRET).verify(config["s3.session-token"])
+    assert (vended.principal, vended.scope) == ("reader", f"{CLUSTER}/hotset/orders")
+    assert (config["s3.access-key-id"], config["s3.secret-access-key"]) == (
+        vended.access_key,
+        vended.secret_key,
+    )
+    assert ROOT_SECRET not in json.dumps(body) and ROOT_KEY not in json.dumps(body)
     for path in ("payments", "payments/credentials", "does-not-exist"):
         status, body = call(f"{tables}/{path}", headers=reader)
         assert status == 404 and body["error"]["type"] == "NoSuchTableException", body
@@ -513,7 +532,7 @@ def s3_code(caught: pytest.ExceptionInfo[ClientError]) -> tuple[str, int]:
 
 
 def test_s3_serves_a_principal_only_its_readable_tables(gateway: Gateway) -> None:
-    reader = gateway.s3("reader")
+    reader = gateway.s3("reader-client", "orders")
     assert reader.get_object(Bucket="bergstream", Key=ORDERS_KEY)["Body"].read() == b"orders bytes"
     for key in (PAYMENTS_KEY, "hotset/orders/data/blob.bin"):  # another table; no table
         with pytest.raises(ClientError) as caught:
@@ -524,25 +543,41 @@ def test_s3_serves_a_principal_only_its_readable_tables(gateway: Gateway) -> Non
     assert s3_code(caught)[1] == 403
     listed = reader.list_objects_v2(Bucket="bergstream", Prefix=f"{CLUSTER}/")
     assert [o["Key"] for o in listed["Contents"]] == [ORDERS_KEY]
-    admin = gateway.s3("admin")
+    # The admin may read both tables, each with the credentials of that table only.
+    admin = gateway.s3("admin-client", "payments")
     assert admin.get_object(Bucket="bergstream", Key=PAYMENTS_KEY)["Body"].read() == (
         b"payments bytes"
     )
-    nobody = gateway.s3("nobody")
-    assert nobody.list_objects_v2(Bucket="bergstream").get("Contents", []) == []
     with pytest.raises(ClientError) as caught:
-        gateway.s3("refused").get_object(Bucket="bergstream", Key=ORDERS_KEY)
+        admin.get_object(Bucket="bergstream", Key=ORDERS_KEY)
     assert s3_code(caught) == ("AccessDenied", 403)
+    # Credentials naming a principal Kafka no longer lets read the table: refused on use.
+    nobody = gateway.issued("nobody", "orders")
+    assert nobody.list_objects_v2(Bucket="bergstream").get("Contents", []) == []
+    for principal in ("nobody", "refused"):
+        with pytest.raises(ClientError) as caught:
+            gateway.issued(principal, "orders").get_object(Bucket="bergstream", Key=ORDERS_KEY)
+        assert s3_code(caught) == ("AccessDenied", 403)
+    assert gateway.issued("reader", "orders").get_object(Bucket="bergstream", Key=ORDERS_KEY)
 
 
-def test_s3_refuses_the_root_key_and_other_principals_secrets(gateway: Gateway) -> None:
-    principals = gateway.principals.principals
-    for key, secret in (
-        (ROOT_KEY, ROOT_SECRET),
-        (principals[0].access_key, principals[1].secret_key),
+def test_s3_refuses_the_root_key_and_credentials_of_no_principal(gateway: Gateway) -> None:
+    reader = gateway.vended("reader-client", "orders")
+    admin = gateway.vended("admin-client", "orders")
+    for client in (
+        s3_client(gateway.s3_url, ROOT_KEY, ROOT_SECRET),  # the root pair is never a key
+        s3_client(gateway.s3_url, reader["s3.access-key-id"], reader["s3.secret-access-key"]),
+        s3_client(
+            gateway.s3_url,
+            reader["s3.access-key-id"],
+            admin["s3.secret-access-key"],
+            reader["s3.session-token"],
+        ),
+        gateway.issued(None, "orders"),  # no principal: only a gateway without principals
+        gateway.issued("unknown", "orders"),
     ):
         with pytest.raises(ClientError) as caught:
-            s3_client(gateway.s3_url, key, secret).get_object(Bucket="bergstream", Key=ORDERS_KEY)
+            client.get_object(Bucket="bergstream", Key=ORDERS_KEY)
         assert s3_code(caught) == ("AccessDenied", 403)
 
 

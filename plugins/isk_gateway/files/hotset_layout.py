@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bergstream.core.api import ChunkEntry
-from bergstream.plugins.isk_gateway.files.data_files import chunk_bounds
+from bergstream.plugins.isk_gateway.files.data_files import chunk_bounds, column_stats
 from bergstream.plugins.isk_gateway.files.synthesis import parquet_bytes, records_to_table
 from bergstream.plugins.isk_gateway.kafka.reader import FetchedRange
 from bergstream.plugins.isk_gateway.tables.paths import UNIT_MICROS
@@ -31,8 +31,10 @@ __all__ = [
 ]
 
 #: Bumped whenever the bytes written for the same rows change (a layout change must never serve
-#: a file whose size differs from the one an index entry or a cached manifest states).
-LAYOUT_VERSION = 2
+#: a file whose size differs from the one an index entry or a cached manifest states), or what an
+#: index entry holds does (an older entry must never be read as a newer one). 3: entries bound the
+#: timestamp type, key and value too.
+LAYOUT_VERSION = 3
 
 
 class RowDecoder(Protocol):
@@ -81,7 +83,7 @@ def build_chunk(
     index entry and its Parquet bytes (rows decoded by ``typed`` for a typed topic). It ends at
     ``high``, or earlier at the first row of another time bucket than the first row's; a range
     without rows gives an empty entry and no bytes. The entry's bounds are of contract columns
-    only, which decoding leaves as they are."""
+    only, taken from the rows as written (decoded for a typed topic)."""
     table = records_to_table(fetched.records, partition, start, high, fetched.aborted)
     if not table.num_rows:
         return ChunkEntry(topic, partition, start, high, 0, 0, {}), b""
@@ -93,7 +95,8 @@ def build_chunk(
         cut = pc.index(other, True).as_py()
         chunk_end = table.column("kafka_offset")[cut].as_py()
         rows = table.slice(0, cut)  # rows are in offset order
-    parquet = parquet_layout(typed.decode(rows) if typed is not None else rows, compression)
+    written = typed.decode(rows) if typed is not None else rows
+    parquet = parquet_layout(written, compression)
     low_ts, high_ts = pc.min_max(rows.column("kafka_timestamp").cast(pa.int64())).values()
     offsets = rows.column("kafka_offset")
     entry = ChunkEntry(
@@ -107,6 +110,7 @@ def build_chunk(
             partition,
             (offsets[0].as_py(), offsets[-1].as_py()),
             (low_ts.as_py(), high_ts.as_py()),
-        ),
+        )
+        | column_stats(written),
     )
     return entry, parquet

@@ -1,14 +1,15 @@
 """Iceberg v2 manifests and manifest lists (Avro), written in memory and deterministic.
 
-A manifest lists the data files of one :class:`ManifestGroup` (one partition spec), each ADDED
-by the table's one snapshot; its key hashes what it lists. A manifest list names a snapshot's
-manifests; its key hashes their paths. Avro sync markers come from the file's key
+A manifest lists the data files of one :class:`ManifestGroup` (one partition spec): ADDED by the
+snapshot that writes it, or EXISTING with the snapshot and sequence number that added them (their
+*origins*, from the table's history); its key hashes what it lists. A manifest list names a
+snapshot's manifests; its key hashes their paths. Avro sync markers come from the file's key
 (:func:`.digests.sync_marker`), so the same input gives byte-identical files.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +41,7 @@ __all__ = [
     "write_manifest_list",
 ]
 
-#: The sequence number of the one snapshot of every synthesized table.
+#: The sequence number of a synthesized table's first snapshot.
 SEQUENCE_NUMBER = 1
 _AVRO_CODEC = "null"
 
@@ -84,8 +85,15 @@ class _ManifestWriter(ManifestWriterV2):
 class _ManifestListWriter(ManifestListWriterV2):
     """A v2 manifest list writer whose Avro sync marker is fixed (mirrors the base __enter__)."""
 
-    def __init__(self, output_file: MemoryOutputFile, snapshot_id: int, sync: bytes) -> None:
-        super().__init__(output_file, snapshot_id, None, SEQUENCE_NUMBER, _AVRO_CODEC)
+    def __init__(
+        self,
+        output_file: MemoryOutputFile,
+        snapshot_id: int,
+        sync: bytes,
+        parent_snapshot_id: int | None = None,
+        sequence_number: int = SEQUENCE_NUMBER,
+    ) -> None:
+        super().__init__(output_file, snapshot_id, parent_snapshot_id, sequence_number, _AVRO_CODEC)
         self._sync = sync
 
     def __enter__(self) -> ManifestListWriter:
@@ -113,23 +121,39 @@ def write_manifest(
     snapshot_id: int,
     group: ManifestGroup,
     schema: Schema = ROW_SCHEMA,
+    origins: Mapping[str, tuple[int, int]] | None = None,
 ) -> tuple[WrittenFile, ManifestFile]:
-    """The manifest of ``group`` (every entry ADDED by ``snapshot_id``), and its entry for the
-    manifest list."""
-    state = [snapshot_id, group.spec.spec_id, [_file_state(f) for f in group.files]]
+    """The manifest of ``group``, and its entry for the manifest list. A file whose path is in
+    ``origins`` is EXISTING, added by the snapshot id and sequence number given there; every
+    other file is ADDED by ``snapshot_id``."""
+    origins = origins or {}
+    state = [
+        snapshot_id,
+        group.spec.spec_id,
+        [_file_state(f) + list(origins.get(f.file_path, ())) for f in group.files],
+    ]
     key = ManifestKey(cluster, topic, state_digest(state)[:32], namespace).key
     output = MemoryOutputFile(uri(bucket, key))
     with _ManifestWriter(output, snapshot_id, sync_marker(key), group.spec, schema) as writer:
         for file in group.files:
-            writer.add(
-                ManifestEntry.from_args(
+            origin = origins.get(file.file_path)
+            if origin is None:
+                entry = ManifestEntry.from_args(
                     status=ManifestEntryStatus.ADDED,
                     snapshot_id=snapshot_id,
                     sequence_number=None,
                     file_sequence_number=None,
                     data_file=file,
                 )
-            )
+            else:
+                entry = ManifestEntry.from_args(
+                    status=ManifestEntryStatus.EXISTING,
+                    snapshot_id=origin[0],
+                    sequence_number=origin[1],
+                    file_sequence_number=origin[1],
+                    data_file=file,
+                )
+            writer.add_entry(entry)
     return WrittenFile(key, output.getvalue()), writer.to_manifest_file()
 
 
@@ -140,11 +164,18 @@ def write_manifest_list(
     topic: str,
     snapshot_id: int,
     manifests: Sequence[ManifestFile],
+    parent_snapshot_id: int | None = None,
+    sequence_number: int = SEQUENCE_NUMBER,
 ) -> WrittenFile:
-    """The manifest list of snapshot ``snapshot_id`` naming ``manifests``."""
-    digest = state_digest([m.manifest_path for m in manifests])[:32]
+    """The manifest list of snapshot ``snapshot_id`` (child of ``parent_snapshot_id``, with
+    ``sequence_number``) naming ``manifests``."""
+    chain = [] if parent_snapshot_id is None else [parent_snapshot_id, sequence_number]
+    digest = state_digest([m.manifest_path for m in manifests] + chain)[:32]
     key = ManifestListKey(cluster, topic, snapshot_id, digest, namespace).key
     output = MemoryOutputFile(uri(bucket, key))
-    with _ManifestListWriter(output, snapshot_id, sync_marker(key)) as writer:
+    sync = sync_marker(key)
+    with _ManifestListWriter(
+        output, snapshot_id, sync, parent_snapshot_id, sequence_number
+    ) as writer:
         writer.add_manifests(list(manifests))
     return WrittenFile(key, output.getvalue())

@@ -5,7 +5,7 @@ The same plan gives byte-identical files: a hotset snapshot id is a hash of the 
 int64, :func:`snapshot_id_of`), Avro sync markers are derived from each file's key instead of
 ``os.urandom`` (:mod:`.manifests`), timestamps come from the data, and every key names its content
 (see :mod:`..tables.paths`). :func:`build_metadata` composes the steps: manifests, manifest list,
-snapshot, metadata; :func:`build_table` plans a hotset table from its chunks
+snapshot, metadata; :func:`plan_table` plans a hotset table from its chunks
 (:mod:`.data_files`).
 """
 
@@ -54,7 +54,7 @@ __all__ = [
     "SnapshotPlan",
     "TableShape",
     "build_metadata",
-    "build_table",
+    "plan_table",
     "snapshot_id_of",
 ]
 
@@ -101,7 +101,9 @@ class TableShape(Protocol):
 
 @dataclass(frozen=True)
 class SnapshotPlan:
-    """What one synthesized table holds: a single snapshot (or none) over ``groups``."""
+    """What one synthesized table holds: its current snapshot (or none) over ``groups``, after
+    the older snapshots of its history (``history``, oldest first, their manifest lists written
+    when each was current)."""
 
     namespace: str
     topic: str
@@ -118,6 +120,15 @@ class SnapshotPlan:
     #: The table's last column id (None: the schema's highest field id); a typed layout's may
     #: be higher, ids of dropped columns are never given again.
     last_column_id: int | None = None
+    #: The current snapshot's place in the history: its parent, its sequence number, what it
+    #: did, and the files it carries over from earlier snapshots (path -> (the snapshot id and
+    #: sequence number that added it)); every other file is ADDED by it.
+    parent_snapshot_id: int | None = None
+    sequence_number: int = SEQUENCE_NUMBER
+    operation: Operation = Operation.APPEND
+    origins: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    #: Older snapshots of the table, oldest first (their ids give the metadata key's version).
+    history: Sequence[Snapshot] = ()
 
 
 def _chunk_state(chunk: ChunkEntry) -> list[Any]:
@@ -148,25 +159,27 @@ def _manifests(
         if not group.files:
             continue
         file, manifest = write_manifest(
-            bucket, cluster, plan.namespace, plan.topic, snapshot_id, group, plan.schema
-        )
+            bucket, cluster, plan.namespace, plan.topic, snapshot_id, group, plan.schema,
+            plan.origins,
+        )  # fmt: skip
         written.append(file)
         manifests.append(manifest)
     return written, manifests
 
 
 def _snapshot(plan: SnapshotPlan, snapshot_id: int, manifest_list: str) -> Snapshot:
-    """The plan's one snapshot: every data file of its groups APPENDed, with the plan's summary
-    properties."""
+    """The plan's current snapshot: the files its groups list, those not carried over from
+    earlier snapshots added by it, with the plan's summary properties."""
     all_files = [f for g in plan.groups for f in g.files]
+    added = [f for f in all_files if f.file_path not in plan.origins]
     rows = sum(f.record_count for f in all_files)
     size = sum(f.file_size_in_bytes for f in all_files)
     summary = Summary(
-        Operation.APPEND,
+        plan.operation,
         **{
-            "added-data-files": str(len(all_files)),
-            "added-records": str(rows),
-            "added-files-size": str(size),
+            "added-data-files": str(len(added)),
+            "added-records": str(sum(f.record_count for f in added)),
+            "added-files-size": str(sum(f.file_size_in_bytes for f in added)),
             "total-data-files": str(len(all_files)),
             "total-records": str(rows),
             "total-files-size": str(size),
@@ -178,8 +191,8 @@ def _snapshot(plan: SnapshotPlan, snapshot_id: int, manifest_list: str) -> Snaps
     )
     return Snapshot(
         snapshot_id=snapshot_id,
-        parent_snapshot_id=None,
-        sequence_number=SEQUENCE_NUMBER,
+        parent_snapshot_id=plan.parent_snapshot_id,
+        sequence_number=plan.sequence_number,
         timestamp_ms=plan.timestamp_ms,
         manifest_list=manifest_list,
         summary=summary,
@@ -190,11 +203,14 @@ def _snapshot(plan: SnapshotPlan, snapshot_id: int, manifest_list: str) -> Snaps
 def _table_metadata(
     bucket: str, cluster: str, plan: SnapshotPlan, snapshot: Snapshot | None
 ) -> TableMetadataV2:
-    """The table's metadata: its schema, specs and sort order, and ``snapshot`` as the current
-    snapshot of ``main`` (none: an empty table)."""
+    """The table's metadata: its schema, specs and sort order, its older snapshots, and
+    ``snapshot`` as the current snapshot of ``main`` (none: an empty table)."""
     ns, topic = plan.namespace, plan.topic
-    snapshots: list[Snapshot] = []
-    snapshot_log: list[SnapshotLogEntry] = []
+    snapshots: list[Snapshot] = list(plan.history)
+    snapshot_log = [
+        SnapshotLogEntry(snapshot_id=s.snapshot_id, timestamp_ms=s.timestamp_ms)
+        for s in plan.history
+    ]
     refs: dict[str, SnapshotRef] = {}
     if snapshot is not None:
         snapshots.append(snapshot)
@@ -224,7 +240,7 @@ def _table_metadata(
         sort_orders=[plan.sort_order],
         default_sort_order_id=plan.sort_order.order_id,
         refs=refs,
-        last_sequence_number=SEQUENCE_NUMBER if plan.snapshot_id else 0,
+        last_sequence_number=plan.sequence_number if plan.snapshot_id else 0,
     )
 
 
@@ -236,15 +252,19 @@ def build_metadata(bucket: str, cluster: str, plan: SnapshotPlan) -> BuiltTable:
     if plan.snapshot_id is not None:
         written, manifests = _manifests(bucket, cluster, plan, plan.snapshot_id)
         manifest_list = write_manifest_list(
-            bucket, cluster, plan.namespace, plan.topic, plan.snapshot_id, manifests
-        )
+            bucket, cluster, plan.namespace, plan.topic, plan.snapshot_id, manifests,
+            plan.parent_snapshot_id, plan.sequence_number,
+        )  # fmt: skip
         for file in [*written, manifest_list]:
             files[file.key] = file.data
         snapshot = _snapshot(plan, plan.snapshot_id, uri(bucket, manifest_list.key))
     text = _table_metadata(bucket, cluster, plan, snapshot).model_dump_json(
         by_alias=True, exclude_none=True
     )
-    metadata_key = MetadataKey(cluster, plan.topic, plan.snapshot_id or 0, plan.namespace).key
+    version = state_digest([s.snapshot_id for s in plan.history])[:16] if plan.history else ""
+    metadata_key = MetadataKey(
+        cluster, plan.topic, plan.snapshot_id or 0, plan.namespace, version
+    ).key
     files[metadata_key] = text.encode()
     return BuiltTable(
         metadata_key=metadata_key,
@@ -254,7 +274,7 @@ def build_metadata(bucket: str, cluster: str, plan: SnapshotPlan) -> BuiltTable:
     )
 
 
-def build_table(
+def plan_table(
     bucket: str,
     cluster: str,
     topic: str,
@@ -262,8 +282,8 @@ def build_table(
     end_offsets: Mapping[int, int],
     unit: str = DAY,
     typed: TableShape | None = None,
-) -> BuiltTable:
-    """Metadata of the hotset table of ``topic``: one snapshot listing every chunk with rows (one
+) -> SnapshotPlan:
+    """The plan of the hotset table of ``topic``: one snapshot listing every chunk with rows (one
     manifest per Kafka partition), or no snapshot when no chunk has rows. ``end_offsets`` (next
     offset per partition the chunks cover, e.g. the last stable offsets) enter the snapshot id
     and the summary; chunks are cut and partitioned by ``unit`` (day or hour). ``typed``: the
@@ -272,7 +292,7 @@ def build_table(
     with_rows = any(c.row_count for c in chunks)
     layout = typed.digest if typed is not None else None
     state_topic = topic if layout is None else f"{topic}\x00{layout}"
-    plan = SnapshotPlan(
+    return SnapshotPlan(
         namespace=HOTSET,
         topic=topic,
         snapshot_id=snapshot_id_of(state_topic, chunks, end_offsets) if with_rows else None,
@@ -284,4 +304,3 @@ def build_table(
         last_column_id=typed.last_column_id if typed is not None else None,
         properties=typed.properties if typed is not None else {},
     )
-    return build_metadata(bucket, cluster, plan)

@@ -2,6 +2,7 @@
 catalog and the S3 gateway over a ``TableProvider``.
 
 :mod:`.catalog` (REST routes), :mod:`.s3` (S3 routes), :mod:`.sigv4` (signature checks),
+:mod:`.credentials` (the temporary S3 credentials LoadTable vends), :mod:`.principals`,
 :mod:`.logfields` (log fields of a request) and :mod:`.server` (:class:`IskHttpService`, two
 listeners, and its config :class:`IskHttpConfig`).
 """

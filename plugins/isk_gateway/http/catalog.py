@@ -12,7 +12,13 @@ lists, loads and vends credentials only for the tables whose topic Kafka lets th
 DESCRIBE and READ; any other table answers 404 ``NoSuchTableException``, as if it did not exist
 (clients treat it as absent: PyIceberg's ``table_exists`` is False, ``load_table`` raises
 ``NoSuchTableError``; a 403 would tell that the topic exists, and make ``table_exists`` raise).
-LoadTable vends the principal's own S3 key pair.
+
+LoadTable and ``credentials`` vend temporary S3 credentials (:mod:`.credentials`): an access
+key id, a secret and an ``s3.session-token``, valid for that table's files only, until
+``credentials_ttl_seconds`` from now, and for the principal they were vended to. They are in the
+response's ``config`` (Trino uses vended credentials only when all three keys are there) and in
+its ``storage-credentials``, prefixed with the table's location. The configured key pair is only
+their root and is never vended.
 
 Paths are parsed by hand so that every answer, including unknown routes, has the error type
 clients expect (``NoSuchTableException`` for anything under ``/tables/{t}``).
@@ -33,14 +39,17 @@ from urllib.parse import parse_qsl, unquote
 
 from aiohttp import web
 
+from bergstream.plugins.isk_gateway.http.credentials import CredentialKeys
 from bergstream.plugins.isk_gateway.http.logfields import client_fields
 from bergstream.plugins.isk_gateway.http.principals import (
     Principal,
     PrincipalDirectory,
     PrincipalRefused,
 )
+from bergstream.plugins.isk_gateway.tables.paths import key_from_uri
 from bergstream.plugins.isk_gateway.tables.provider import (
     LoadedTable,
+    NoSuchFile,
     NoSuchNamespace,
     NoSuchTable,
     ProviderUnavailable,
@@ -79,6 +88,8 @@ class CatalogSettings:
     client_id: str | None = None
     client_secret: str | None = None
     token_ttl_seconds: int = 3600
+    #: Lifetime of the temporary S3 credentials LoadTable vends.
+    credentials_ttl_seconds: int = 3600
     #: With principals: who may use the catalog, and what each may see.
     principals: PrincipalDirectory | None = None
 
@@ -98,6 +109,7 @@ class RestCatalogApp:
         self.provider = provider
         self.settings = settings
         self.principals = settings.principals
+        self.credentials = CredentialKeys(settings.access_key, settings.secret_key)
         self.auth = self.principals is not None or (
             settings.client_id is not None and settings.client_secret is not None
         )
@@ -202,14 +214,11 @@ class RestCatalogApp:
                 return await self._load(request, namespace, table, head, principal)
             if tail == ["credentials"]:
                 _only(request, "GET")
-                await self._loaded(namespace, table)
-                config = self._s3_config(principal)
+                loaded = await self._loaded(namespace, table)
+                _config, storage_credentials = self._vend(loaded, principal)
                 return _json(
-                    {
-                        "storage-credentials": [
-                            {"prefix": f"s3://{self.settings.bucket}/", "config": config}
-                        ]
-                    }
+                    {"storage-credentials": storage_credentials},
+                    headers={"Cache-Control": "no-store"},
                 )
             if tail == ["metrics"]:
                 _only(request, "POST")
@@ -246,12 +255,14 @@ class RestCatalogApp:
                 return web.Response(status=304, headers={"ETag": etag})
         if head:
             return web.Response(status=204, headers={"ETag": etag})
+        config, storage_credentials = self._vend(loaded, principal)
         body = {
             "metadata-location": loaded.metadata_location,
             "metadata": loaded.metadata,
-            "config": self._s3_config(principal),
+            "config": config,
+            "storage-credentials": storage_credentials,
         }
-        return _json(body, headers={"ETag": etag})
+        return _json(body, headers={"ETag": etag, "Cache-Control": "no-store"})
 
     async def _loaded(self, namespace: str, table: str) -> LoadedTable:
         try:
@@ -271,22 +282,35 @@ class RestCatalogApp:
         assert self.principals is not None
         return await self.principals.readable(principal)
 
-    def _s3_config(self, principal: Principal | None) -> dict[str, str]:
+    def _vend(
+        self, loaded: LoadedTable, principal: Principal | None
+    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+        """The S3 config of a LoadTable response (fresh temporary credentials for the table's
+        files) and its ``storage-credentials``: the same config, prefixed with the table's
+        location."""
         s = self.settings
-        # With principals, each gets its own key pair; the configured one is only their root.
-        access_key, secret_key = (
-            (principal.access_key, principal.secret_key)
-            if principal is not None
-            else (s.access_key, s.secret_key)
+        location = str(loaded.metadata.get("location", "")).rstrip("/")
+        try:
+            scope = key_from_uri(s.bucket, location)
+        except NoSuchFile as exc:
+            raise TableNotServable(
+                f"the table's location {location!r} is not in the gateway bucket {s.bucket!r}: "
+                "no credentials can be vended for it"
+            ) from exc
+        vended = self.credentials.issue(
+            scope, principal.name if principal is not None else None, s.credentials_ttl_seconds
         )
-        return {
+        config = {
             "s3.endpoint": s.s3_endpoint,
             "s3.path-style-access": "true",
-            "s3.access-key-id": access_key,
-            "s3.secret-access-key": secret_key,
+            "s3.access-key-id": vended.access_key,
+            "s3.secret-access-key": vended.secret_key,
+            "s3.session-token": vended.session_token,
+            "s3.session-token-expires-at-ms": str(vended.expires_at * 1000),
             "s3.region": s.region,
             "client.region": s.region,
         }
+        return config, [{"prefix": location, "config": dict(config)}]
 
     # -- OAuth ------------------------------------------------------------------------------
 

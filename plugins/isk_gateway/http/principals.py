@@ -3,11 +3,10 @@
 Each entry of the ``isk`` service's ``principals`` maps catalog credentials (an OAuth client for
 ``POST /v1/oauth/tokens``, and/or an HTTP Basic user) to the Kafka credentials of that principal.
 :class:`PrincipalDirectory` authenticates requests (client credentials, Basic, the bearer tokens
-it issues), derives each principal's S3 key pair from the root pair of ``http.access_key`` /
-``http.secret_key`` (HMAC-SHA256: a principal's key says nothing about another's, nor about the
-root secret) and asks its ``readable`` callable which topics a principal may read. That callable
-is Kafka's answer for the principal's own credentials (:mod:`..kafka.authorization`); bergstream
-keeps no list of who may read what.
+it issues, keyed from the root pair of ``http.access_key`` / ``http.secret_key``) and asks its
+``readable`` callable which topics a principal may read. That callable is Kafka's answer for the
+principal's own credentials (:mod:`..kafka.authorization`); bergstream keeps no list of who may
+read what. The S3 credentials LoadTable vends name their principal (:mod:`.credentials`).
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ __all__ = [
     "Principal",
     "PrincipalDirectory",
     "PrincipalRefused",
-    "derive_s3_keys",
     "mask_secrets",
     "merge_principal_kafka",
     "principals_errors",
@@ -211,27 +209,15 @@ def _hmac(key: bytes, label: str, value: str) -> bytes:
 
 @dataclass(frozen=True)
 class Principal:
-    """A configured principal as requests see it: its name, its Kafka connection settings and
-    the S3 key pair derived for it."""
+    """A configured principal as requests see it: its name and its Kafka connection settings."""
 
     name: str
     kafka: KafkaClientSettings = field(repr=False)
-    access_key: str
-    secret_key: str = field(repr=False)
-
-
-def derive_s3_keys(root_access_key: str, root_secret: str, name: str) -> tuple[str, str]:
-    """The S3 key pair of principal ``name``: an access key id (``ISK`` + 20 upper-case hex
-    digits) and a secret, both HMAC-SHA256 of the root pair and the name."""
-    root = f"{root_access_key}\0{root_secret}".encode()
-    key_id = "ISK" + _hmac(root, "isk-s3-access-key-id", name).hex()[:20].upper()
-    secret = base64.urlsafe_b64encode(_hmac(root, "isk-s3-secret-key", name)).decode().rstrip("=")
-    return key_id, secret
 
 
 class PrincipalDirectory:
-    """The configured principals: catalog authentication, bearer tokens, S3 keys, and which
-    topics each may read (``readable``: Kafka's answer for the principal's own credentials)."""
+    """The configured principals: catalog authentication, bearer tokens, and which topics each
+    may read (``readable``: Kafka's answer for the principal's own credentials)."""
 
     def __init__(
         self,
@@ -250,20 +236,14 @@ class PrincipalDirectory:
         self._by_name: dict[str, Principal] = {}
         self._clients: dict[str, tuple[bytes, Principal]] = {}
         self._users: dict[str, tuple[bytes, Principal]] = {}
-        self._by_access_key: dict[str, Principal] = {}
         for entry in principals:
-            access_key, secret_key = derive_s3_keys(root_access_key, root_secret, entry.name)
-            principal = Principal(entry.name, entry.kafka_client, access_key, secret_key)
+            principal = Principal(entry.name, entry.kafka_client)
             self._by_name[entry.name] = principal
-            self._by_access_key[access_key] = principal
             if entry.client_id is not None and entry.client_secret is not None:
                 secret = entry.client_secret.get_secret_value().encode()
                 self._clients[entry.client_id] = (secret, principal)
             if entry.user is not None and entry.password is not None:
                 self._users[entry.user] = (entry.password.get_secret_value().encode(), principal)
-        self.s3_secrets: Mapping[str, str] = {
-            p.access_key: p.secret_key for p in self._by_access_key.values()
-        }
 
     @property
     def principals(self) -> list[Principal]:
@@ -278,9 +258,9 @@ class PrincipalDirectory:
         """The principal of HTTP Basic user ``user`` if ``password`` is its password."""
         return _check(self._users, user, password)
 
-    def by_access_key(self, access_key: str) -> Principal | None:
-        """The principal whose derived S3 access key id is ``access_key``."""
-        return self._by_access_key.get(access_key)
+    def by_name(self, name: str) -> Principal | None:
+        """The principal named ``name``; None if none is configured so."""
+        return self._by_name.get(name)
 
     def issue_token(self, principal: Principal) -> str:
         """A bearer token for ``principal`` valid ``token_ttl_seconds`` from now."""

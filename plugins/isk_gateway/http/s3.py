@@ -1,12 +1,17 @@
 """The S3 gateway: one read-only bucket whose objects are the files a :class:`TableProvider` serves.
 
-Path-style addressing only (``/{bucket}/{key}``). Every request must be SigV4-signed with the
-configured key, or, with principals (:mod:`.principals`), with the key pair LoadTable vended to
-one: the access key id names the principal, its secret checks the signature (the configured pair
-is then only their root and is refused). A principal reads, and lists, only the objects of tables
-whose topic Kafka lets it DESCRIBE and READ; any other object answers 403 ``AccessDenied`` even
-under a valid signature. The files themselves are built with the gateway's own Kafka connection,
-only after that check: they are the same bytes for everyone who may read them, and cached so.
+Path-style addressing only (``/{bucket}/{key}``). Every request must be SigV4-signed, with
+the temporary credentials LoadTable vends (:mod:`.credentials`: the session token in
+``X-Amz-Security-Token``, header or presigned query) or, without principals, with the configured
+root pair itself (the operator's key for engines set up by hand; never vended). A session token
+that this service's root did not issue answers 400 ``InvalidToken``, an expired one 400
+``ExpiredToken``, a signature not made with the token's own secret 403 ``AccessDenied``. Session
+credentials read, and list, only the objects under their table's prefix: any other key answers
+403 ``AccessDenied`` under a valid signature. With principals (:mod:`.principals`) the token
+names the principal it was vended to (the root pair is refused), and the principal reads only
+the objects of tables whose topic Kafka lets it DESCRIBE and READ, checked on every request. The
+files themselves are built with the gateway's own Kafka connection, only after those checks:
+they are the same bytes for everyone who may read them, and cached so.
 
 Objects: GET/HEAD with single ``Range`` forms (``bytes=a-b``, ``bytes=a-``,
 ``bytes=-N``), ``If-Match``/``If-None-Match``; bucket: HEAD, ``?location``, ListObjectsV2.
@@ -21,11 +26,18 @@ import datetime as dt
 import email.utils
 import hashlib
 import logging
+from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote
 from xml.sax.saxutils import escape
 
 from aiohttp import web
 
+from bergstream.plugins.isk_gateway.http.credentials import (
+    CredentialKeys,
+    SessionCredentials,
+    TokenExpired,
+    TokenInvalid,
+)
 from bergstream.plugins.isk_gateway.http.logfields import client_fields
 from bergstream.plugins.isk_gateway.http.principals import (
     Principal,
@@ -50,6 +62,8 @@ _STREAM_CHUNK = 1 << 20
 _XML_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 _STATUS = {
     "AccessDenied": 403,
+    "ExpiredToken": 400,
+    "InvalidToken": 400,
     "NoSuchKey": 404,
     "NoSuchBucket": 404,
     "InvalidRange": 416,
@@ -75,6 +89,15 @@ def object_etag(key: str, size: int) -> str:
     return '"' + hashlib.md5(f"{key}\0{size}".encode(), usedforsecurity=False).hexdigest() + '"'
 
 
+@dataclass(frozen=True)
+class _Caller:
+    """Who signed a request: the principal (None without principals) and, for session
+    credentials, what they may read (None: the root pair, everything)."""
+
+    principal: Principal | None
+    session: SessionCredentials | None
+
+
 class S3Gateway:
     """aiohttp application serving one bucket from a :class:`TableProvider`."""
 
@@ -94,6 +117,7 @@ class S3Gateway:
         self.access_key = access_key
         self.secret_key = secret_key
         self.region = region
+        self.credentials = CredentialKeys(access_key, secret_key)
         started = dt.datetime.now(dt.UTC).replace(microsecond=0)
         self.last_modified = started
         self.last_modified_http = email.utils.format_datetime(started, usegmt=True)
@@ -108,7 +132,7 @@ class S3Gateway:
         head = request.method == "HEAD"
         raw_path, raw_query = _raw_target(request)
         try:
-            principal = self._authenticate(request, raw_path, raw_query)
+            caller = self._authenticate(request, raw_path, raw_query)
             if request.method not in ("GET", "HEAD"):
                 raise S3Error("AccessDenied", "This gateway is read-only")
             bucket, _, raw_key = raw_path.lstrip("/").partition("/")
@@ -118,10 +142,15 @@ class S3Gateway:
             if bucket != self.bucket:
                 raise S3Error("NoSuchBucket", "The specified bucket does not exist")
             if not raw_key:
-                return await self._bucket(raw_query, head, principal)
+                return await self._bucket(raw_query, head, caller)
             key = _checked_key(unquote(raw_key))
+            if caller.session is not None and not caller.session.allows(key):
+                raise S3Error(
+                    "AccessDenied", "Access Denied: the credentials are for another table"
+                )
             # With principals, a key that names no readable table is refused (one that names
             # no table at all is no file the gateway serves).
+            principal = caller.principal
             if principal is not None and _key_topic(key) not in await self._readable(principal):
                 raise S3Error("AccessDenied", "Access Denied")
             return await self._object(request, key, head)
@@ -140,35 +169,71 @@ class S3Gateway:
             )
             return self._error(S3Error("InternalError", "Internal error"), raw_path, head)
 
-    def _authenticate(
-        self, request: web.Request, raw_path: str, raw_query: str
-    ) -> Principal | None:
-        """The principal whose key signed the request (None without principals);
-        AccessDenied unless the signature is valid."""
-        try:
-            if self.principals is None:
-                verify_sigv4(
-                    method=request.method,
-                    raw_path=raw_path,
-                    raw_query=raw_query,
-                    headers=request.headers,
-                    access_key=self.access_key,
-                    secret_key=self.secret_key,
+    def _authenticate(self, request: web.Request, raw_path: str, raw_query: str) -> _Caller:
+        """Who signed the request; InvalidToken or ExpiredToken for a session token that is
+        not this service's or has expired, AccessDenied unless the signature is valid."""
+        token = request.headers.get("x-amz-security-token")
+        if token is None:
+            token = _query_param(raw_query, "X-Amz-Security-Token")
+        if token is None:
+            if self.principals is not None:
+                raise S3Error(
+                    "AccessDenied",
+                    "Access Denied: sign with the temporary credentials LoadTable vends "
+                    "(access key, secret and session token)",
                 )
-                return None
-            key_id = verify_sigv4(
+            self._verify(request, raw_path, raw_query, self.access_key, self.secret_key)
+            return _Caller(None, None)
+        try:
+            session = self.credentials.verify(token)
+        except TokenExpired as exc:
+            raise S3Error(
+                "ExpiredToken",
+                "The provided token has expired: load the table again, or GET its "
+                "credentials, for new ones",
+            ) from exc
+        except TokenInvalid as exc:
+            raise S3Error(
+                "InvalidToken", f"The provided token is malformed or otherwise invalid: {exc}"
+            ) from exc
+        self._verify(request, raw_path, raw_query, session.access_key, session.secret_key)
+        if self.principals is None:
+            if session.principal is not None:  # issued by an instance configured otherwise
+                raise S3Error(
+                    "AccessDenied",
+                    f"Access Denied: the credentials name principal {session.principal!r}, "
+                    "and this gateway has no principals",
+                )
+            return _Caller(None, session)
+        principal = (
+            self.principals.by_name(session.principal) if session.principal is not None else None
+        )
+        if principal is None:
+            raise S3Error(
+                "AccessDenied", "Access Denied: the credentials name no configured principal"
+            )
+        return _Caller(principal, session)
+
+    def _verify(
+        self,
+        request: web.Request,
+        raw_path: str,
+        raw_query: str,
+        access_key: str,
+        secret_key: str,
+    ) -> None:
+        """AccessDenied unless the request is SigV4-signed by ``access_key``'s secret."""
+        try:
+            verify_sigv4(
                 method=request.method,
                 raw_path=raw_path,
                 raw_query=raw_query,
                 headers=request.headers,
-                keys=self.principals.s3_secrets,
+                access_key=access_key,
+                secret_key=secret_key,
             )
         except SigV4Error as exc:
             raise S3Error("AccessDenied", f"Access Denied: {exc}") from exc
-        principal = self.principals.by_access_key(key_id)
-        if principal is None:  # the directory's own keys: cannot happen
-            raise S3Error("AccessDenied", "Access Denied: unknown access key")
-        return principal
 
     async def _readable(self, principal: Principal) -> frozenset[str]:
         assert self.principals is not None
@@ -243,9 +308,7 @@ class S3Gateway:
         await response.write_eof()
         return response
 
-    async def _bucket(
-        self, raw_query: str, head: bool, principal: Principal | None
-    ) -> web.StreamResponse:
+    async def _bucket(self, raw_query: str, head: bool, caller: _Caller) -> web.StreamResponse:
         if head:
             return web.Response(status=200, headers={"x-amz-bucket-region": self.region})
         query = dict(parse_qsl(raw_query, keep_blank_values=True))
@@ -254,12 +317,13 @@ class S3Gateway:
                 f'<LocationConstraint xmlns="{_XML_NS}">{escape(self.region)}</LocationConstraint>'
             )
             return _xml(body)
-        return await self._list_objects_v2(query, principal)
+        return await self._list_objects_v2(query, caller)
 
-    async def _list_objects_v2(
-        self, query: dict[str, str], principal: Principal | None
-    ) -> web.Response:
+    async def _list_objects_v2(self, query: dict[str, str], caller: _Caller) -> web.Response:
         prefix = query.get("prefix", "")
+        session = caller.session
+        if session is not None and not session.allows_listing(prefix):
+            raise S3Error("AccessDenied", "Access Denied: the credentials are for another table")
         delimiter = query.get("delimiter", "")
         try:
             max_keys = min(int(query.get("max-keys", MAX_KEYS)), MAX_KEYS)
@@ -280,12 +344,20 @@ class S3Gateway:
         truncated = False
         last = ""
         limit = max(2 * max_keys, 64)
+        principal = caller.principal
         readable = await self._readable(principal) if principal is not None else None
+        # A listing under a prefix of the scope lists the scope: nothing outside it shows.
+        listed = prefix
+        if session is not None and not session.allows(prefix):
+            listed = session.scope + "/"
         while True:
-            keys = await self.provider.list_keys(prefix, limit)
-            visible = (
-                keys if readable is None else [k for k in keys if _key_topic(k[0]) in readable]
-            )
+            keys = await self.provider.list_keys(listed, limit)
+            visible = [
+                k
+                for k in keys
+                if (session is None or session.allows(k[0]))
+                and (readable is None or _key_topic(k[0]) in readable)
+            ]
             contents, prefixes, truncated, last = _page(visible, prefix, delimiter, after, max_keys)
             if truncated or len(keys) < limit:
                 break
@@ -357,6 +429,15 @@ def _raw_target(request: web.Request) -> tuple[str, str]:
         return request.rel_url.raw_path, request.rel_url.raw_query_string
     path, _, query = target.partition("?")
     return path, query
+
+
+def _query_param(raw_query: str, name: str) -> str | None:
+    """The (decoded) value of query parameter ``name``; None if absent."""
+    for item in raw_query.split("&"):
+        key, _, value = item.partition("=")
+        if unquote(key) == name:
+            return unquote(value)
+    return None
 
 
 def _page(

@@ -64,7 +64,8 @@ class IskHttpTlsConfig(StrictModel):
 
 
 class IskHttpConfig(StrictModel):
-    """Listen addresses, vended S3 settings, optional HTTPS and OAuth of one ISK gateway."""
+    """Listen addresses, the root key pair of vended S3 credentials, optional HTTPS and OAuth of
+    one ISK gateway."""
 
     catalog_host: str = "127.0.0.1"
     catalog_port: int = Field(18181, ge=0, le=65535, description="0 picks a free port")
@@ -82,6 +83,12 @@ class IskHttpConfig(StrictModel):
     client_secret: SecretStr | None = None
     prefix: str | None = Field(None, description="serve the catalog under /v1/<prefix>/ too")
     token_ttl_seconds: int = Field(3600, gt=0)
+    credentials_ttl_seconds: int = Field(
+        3600,
+        gt=0,
+        le=43200,
+        description="lifetime of the temporary S3 credentials LoadTable vends (at most 12 h)",
+    )
     tls: IskHttpTlsConfig | None = Field(
         None, description="serve the catalog and the S3 gateway over HTTPS; plain HTTP if unset"
     )
@@ -165,6 +172,7 @@ class IskHttpService:
                 client_id=c.client_id,
                 client_secret=c.client_secret.get_secret_value() if c.client_secret else None,
                 token_ttl_seconds=c.token_ttl_seconds,
+                credentials_ttl_seconds=c.credentials_ttl_seconds,
                 principals=self.principals,
             )
             catalog_port = await self._listen(

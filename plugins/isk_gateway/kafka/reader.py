@@ -20,6 +20,7 @@ import asyncio
 import functools
 import logging
 import ssl
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -30,6 +31,7 @@ from aiokafka.cluster import ClusterMetadata
 from aiokafka.errors import KafkaError, for_code
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition
+from prometheus_client import Counter
 
 from bergstream.core.api import (
     KafkaAuthenticationError,
@@ -64,6 +66,17 @@ _PROBE_TIMEOUT_SECONDS = 10.0
 log = logging.getLogger("bergstream.isk")
 
 _T = TypeVar("_T")
+
+#: Kafka reads of this process (every reader): ``range`` counts completed :meth:`KafkaReader.fetch`
+#: calls (one per file built from Kafka), ``repeat`` those of a range a reader of this process
+#: had read before (a file built twice: only an evicted or expired cache entry explains one),
+#: ``request`` the Fetch requests sent for them (retries of one request not counted).
+KAFKA_FETCHES = Counter(
+    "bergstream_isk_kafka_fetches", "Kafka reads of ISK (kind: range, repeat, request)", ["kind"]
+)
+#: Ranges remembered for ``repeat`` (about 150 bytes each).
+_REMEMBERED_RANGES = 100_000
+_read_ranges: OrderedDict[tuple[str, str, int, int, int], None] = OrderedDict()
 
 
 class _Retry(Exception):
@@ -384,6 +397,7 @@ class KafkaReader:
             wanted = self._wanted_bytes(topic, partition, end - offset)
             if buffer.size - filled < wanted:
                 buffer = _grown(buffer, filled, filled + wanted)
+            KAFKA_FETCHES.labels("request").inc()
             response = await self._with_retries(
                 f"Fetch {topic}/{partition}@{offset}",
                 functools.partial(
@@ -407,5 +421,18 @@ class KafkaReader:
                 break
             self._learn(topic, partition, size, next_offset - offset)
             offset = next_offset
+        _count_range((self._bootstrap, topic, partition, start, end))
         records = memoryview(buffer[:filled]).cast("B")
         return FetchedRange(records, tuple(sorted(aborted)))
+
+
+def _count_range(read: tuple[str, str, int, int, int]) -> None:
+    """Count one completed range read, as a ``repeat`` too if it was read before."""
+    KAFKA_FETCHES.labels("range").inc()
+    if read in _read_ranges:
+        KAFKA_FETCHES.labels("repeat").inc()
+        _read_ranges.move_to_end(read)
+        return
+    _read_ranges[read] = None
+    if len(_read_ranges) > _REMEMBERED_RANGES:
+        _read_ranges.popitem(last=False)

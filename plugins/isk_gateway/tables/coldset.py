@@ -114,6 +114,9 @@ class ColdSnapshot:
     sort_order: SortOrder
     location: str
     io: FileIO = field(repr=False)
+    #: Every snapshot the lake table still has (a merged snapshot of an expired one is not
+    #: served: its files may be gone).
+    snapshot_ids: frozenset[int] = frozenset()
 
 
 def _rewritten(file: DataFile, path: str) -> DataFile:
@@ -229,6 +232,7 @@ class ColdsetProvider:
             or metadata.sort_orders[0],
             location=metadata.location,
             io=table.io,
+            snapshot_ids=frozenset(s.snapshot_id for s in metadata.snapshots),
         )
 
     def _rewritten_once(self, topic: str, table: Table, snapshot_id: int) -> _Rewritten:

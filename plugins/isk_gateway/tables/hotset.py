@@ -8,7 +8,8 @@
   the key alone, read ahead during sequential scans.
 
 Between the two, this module builds the table's metadata from the chunks
-(:func:`..files.table_metadata.build_table`) and keeps it: metadata files in the file store
+(:func:`..files.table_metadata.plan_table`, as the newest snapshot of its history:
+:mod:`.history`) and keeps it: metadata files in the file store
 (memory and the cache backend), listed with the data files' sizes for HEAD and ListObjectsV2.
 A topic a codec rule types is served in its typed layout (:mod:`.layouts`): LoadTable resolves
 it first, and its chunks, keys, schema and properties all follow it.
@@ -32,10 +33,23 @@ from bergstream.core.api import (
 from bergstream.plugins.isk_gateway.files.data_files import chunk_key
 from bergstream.plugins.isk_gateway.files.hotset_layout import layout_name
 from bergstream.plugins.isk_gateway.files.hotset_parquet import HotsetDataSynthesizer
-from bergstream.plugins.isk_gateway.files.table_metadata import BuiltTable, build_table
+from bergstream.plugins.isk_gateway.files.table_metadata import (
+    BuiltTable,
+    SnapshotPlan,
+    build_metadata,
+    plan_table,
+)
+from bergstream.plugins.isk_gateway.tables.history import (
+    HistorySettings,
+    SnapshotHistories,
+    SnapshotState,
+    history_table_name,
+    hot_floor,
+    kafka_holds,
+)
 from bergstream.plugins.isk_gateway.tables.hotset_files import HotsetFiles
 from bergstream.plugins.isk_gateway.tables.hotset_index import HotsetIndexer, KafkaSource
-from bergstream.plugins.isk_gateway.tables.paths import DAY, HOTSET, DataKey
+from bergstream.plugins.isk_gateway.tables.paths import DAY, HOTSET, DataKey, key_from_uri
 from bergstream.plugins.isk_gateway.tables.provider import (
     LoadedTable,
     NoSuchNamespace,
@@ -80,6 +94,7 @@ class HotsetProvider:
         synthesizers: Sequence[FileSynthesizer] | None = None,
         compression: str = "snappy",
         layouts: TopicLayouts | None = None,
+        history: HistorySettings | None = None,
     ) -> None:
         self.source = source
         self.cache = cache
@@ -104,6 +119,8 @@ class HotsetProvider:
             memory_files=memory_files,
             layouts=layouts,
         )
+        #: Each table's snapshots, kept in the index (time travel, incremental reads).
+        self.histories = SnapshotHistories(index, history, kept=self._kept)
         #: Who builds a missing file, first match wins (default: ``hotset-parquet`` on source).
         self.files = HotsetFiles(
             self.store,
@@ -142,12 +159,34 @@ class HotsetProvider:
         typed = await self.layouts.resolve(table) if self.layouts is not None else None
         chunks = await self.indexer.live_chunks(table, offsets, typed=typed)
         end_offsets = {p: o.last_stable for p, o in offsets.items()}
-        built = await asyncio.to_thread(
-            build_table, self.bucket, self.cluster, table, chunks, end_offsets, self.unit, typed
+        plan = plan_table(self.bucket, self.cluster, table, chunks, end_offsets, self.unit, typed)
+        layout = typed.digest if typed else None
+        built = await self.histories.serve(
+            history_table_name(HOTSET, table, layout),
+            SnapshotState(plan, end_offsets, hot_floor(chunks)),
+            self.build,
+            servable=lambda snapshot: kafka_holds(snapshot, offsets),
         )
-        await self.keep_built(HOTSET, table, built, chunks, layout=typed.digest if typed else None)
+        for older in built[:-1]:
+            await self.keep_metadata(older)
+        await self.keep_built(HOTSET, table, built[-1], chunks, layout=layout)
         ISK_LOAD_TABLES.labels(self.cluster, HOTSET).inc()
-        return LoadedTable(built.metadata_location, built.metadata)
+        return LoadedTable(built[-1].metadata_location, built[-1].metadata)
+
+    async def _kept(self, location: str) -> bool:
+        """Whether the file store still has the file at ``location`` (an s3:// URI)."""
+        return await self.store.get(key_from_uri(self.bucket, location)) is not None
+
+    async def build(self, plan: SnapshotPlan) -> BuiltTable:
+        """The metadata files of ``plan``, built off the event loop."""
+        return await asyncio.to_thread(build_metadata, self.bucket, self.cluster, plan)
+
+    async def keep_metadata(self, built: BuiltTable) -> None:
+        """Keep the metadata files of a snapshot that is not the one served (the first of two
+        steps recorded at once), so clients of its history can read them."""
+        record_built(self.cluster, built)
+        for key, data in built.files.items():
+            await self.store.keep(key, data)
 
     async def keep_built(
         self,

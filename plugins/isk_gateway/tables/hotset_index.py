@@ -5,8 +5,10 @@ offset, is cut into chunks of up to ``chunk_records`` offsets, each cut again wh
 bucket of its rows changes (:func:`..files.hotset_layout.build_chunk`). A *sealed* chunk (one that
 ends before the last stable offset, or holds ``chunk_records`` offsets) never changes: it is read
 from Kafka read_committed once, synthesized, kept in the file store and indexed with its exact
-Parquet size and bounds. The unsealed tail is synthesized too but not indexed; it is remembered
-in memory so the next load with the same end reads nothing, and re-chunked once Kafka has more.
+Parquet size and bounds. The tail a LoadTable serves is sealed too (``seal_tail``): a served
+watermark is a snapshot of the table's history, so later snapshots cut their chunks at it and
+only add files (:mod:`.history`). The background indexer leaves the tail unsealed; it is
+remembered in memory so the next load with the same end reads nothing.
 
 Two callers: :meth:`HotsetIndexer.live_chunks` (LoadTable: every chunk a snapshot lists, indexing
 new sealed ones on the way) and :meth:`HotsetIndexer.index_topic` (one bounded step of the
@@ -132,15 +134,19 @@ class HotsetIndexer:
         offsets: Mapping[int, PartitionOffsets],
         floors: Mapping[int, int] | None = None,
         typed: TypedTopic | None = None,
+        seal_tail: bool = True,
     ) -> list[ChunkEntry]:
         """The chunks covering each partition from ``max(log start, floors[p])`` up to its last
-        stable offset, indexing the new sealed ones on the way; their files are decoded into
-        ``typed``'s layout (None: raw)."""
+        stable offset, indexing the new sealed ones on the way (``seal_tail``: the chunk ending
+        at the last stable offset too); their files are decoded into ``typed``'s layout (None:
+        raw)."""
         lock = self._locks.setdefault(topic, asyncio.Lock())
         async with lock:
             found = await asyncio.gather(
                 *(
-                    self._refresh_limited(topic, offsets[p], (floors or {}).get(p, 0), typed)
+                    self._refresh_limited(
+                        topic, offsets[p], (floors or {}).get(p, 0), typed, seal_tail
+                    )
                     for p in sorted(offsets)
                 )
             )
@@ -172,11 +178,16 @@ class HotsetIndexer:
         return step
 
     async def _refresh_limited(
-        self, topic: str, offsets: PartitionOffsets, floor: int, typed: TypedTopic | None
+        self,
+        topic: str,
+        offsets: PartitionOffsets,
+        floor: int,
+        typed: TypedTopic | None,
+        seal_tail: bool,
     ) -> list[ChunkEntry]:
         """:meth:`_refresh`, with at most ``parallel_partitions`` partitions at once."""
         async with self._parallel:
-            return await self._refresh(topic, offsets, floor, typed)
+            return await self._refresh(topic, offsets, floor, typed, seal_tail)
 
     async def _indexed(
         self, topic: str, partition: int, start: int, typed: TypedTopic | None = None
@@ -193,9 +204,10 @@ class HotsetIndexer:
         offsets: PartitionOffsets,
         floor: int = 0,
         typed: TypedTopic | None = None,
+        seal_tail: bool = False,
     ) -> list[ChunkEntry]:
-        """Index new sealed chunks of one partition from ``max(log start, floor)``; return its
-        live chunks from there, tail included."""
+        """Index new sealed chunks of one partition from ``max(log start, floor)`` (the tail too
+        if ``seal_tail``); return its live chunks from there, tail included."""
         partition, end = offsets.partition, offsets.last_stable
         start = min(max(offsets.log_start, floor), end)
         indexed = await self._indexed(topic, partition, start, typed)
@@ -211,7 +223,7 @@ class HotsetIndexer:
                 )
             chunks.append(chunk)
             position = chunk.end_offset
-        tail = await self._chunks(topic, partition, position, end, True, typed)
+        tail = await self._chunks(topic, partition, position, end, True, typed, seal_tail)
         sealed_end = max([c.end_offset for c in tail if c.end_offset < end] + [position])
         INDEX_LAG.labels(self.cluster, topic, str(partition)).set(max(end - sealed_end, 0))
         return chunks + tail
@@ -224,11 +236,12 @@ class HotsetIndexer:
         end: int,
         index: bool,
         typed: TypedTopic | None = None,
+        seal_tail: bool = False,
     ) -> list[ChunkEntry]:
         """Synthesize (in ``typed``'s layout, None: raw) and cache the chunks of
         ``[start, end)``; index the sealed ones (a chunk ending before ``end``, or holding
-        ``chunk_records`` offsets) if ``index``. The next chunk's records are fetched from
-        Kafka while this one is built."""
+        ``chunk_records`` offsets, or any if ``seal_tail``) if ``index``. The next chunk's
+        records are fetched from Kafka while this one is built."""
         digest = typed.digest if typed is not None else ""
         chunks: list[ChunkEntry] = []
         position = start
@@ -245,6 +258,10 @@ class HotsetIndexer:
                 memo_key = (topic, digest, partition, position, end)
                 known = self._recent_chunks.get(memo_key)
                 if known is not None:  # the same unsealed chunk as a recent load: nothing to read
+                    if seal_tail and index:
+                        del self._recent_chunks[memo_key]
+                        stored = dataclasses.replace(known, topic=self.index_name(topic, typed))
+                        await asyncio.to_thread(self.index.put_chunks, [stored])
                     chunks.append(known)
                     position = known.end_offset
                     continue
@@ -265,7 +282,11 @@ class HotsetIndexer:
                     build_chunk,
                     topic, partition, position, high, fetched, self.unit, self.compression, typed,
                 )  # fmt: skip
-                sealed = chunk.end_offset < end or chunk.end_offset - position == self.chunk_records
+                sealed = (
+                    seal_tail
+                    or chunk.end_offset < end
+                    or chunk.end_offset - position == self.chunk_records
+                )
                 if chunk.row_count:
                     ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
                     key = chunk_key(self.cluster, chunk, self.unit, layout=digest or None)

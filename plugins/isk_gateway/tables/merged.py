@@ -11,6 +11,8 @@ from the lake) and the hotset's (synthesized from Kafka); its id hashes both sta
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from pyiceberg.partitioning import PartitionSpec
 
@@ -19,6 +21,7 @@ from bergstream.core.api import (
     ISK_LOAD_TABLES,
     PIPELINE_LAG,
     SORT_ORDER,
+    ChunkEntry,
     RowContractError,
     check_schema,
     format_boundary,
@@ -29,16 +32,23 @@ from bergstream.plugins.isk_gateway.files.data_files import (
     spec_for,
     spec_unit,
 )
+from bergstream.plugins.isk_gateway.files.manifests import ManifestGroup
 from bergstream.plugins.isk_gateway.files.table_metadata import (
     HOTSET_OFFSETS_PROPERTY,
     SnapshotPlan,
-    build_metadata,
     snapshot_id_of,
 )
 from bergstream.plugins.isk_gateway.kafka.reader import PartitionOffsets
 from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider, ColdSnapshot
+from bergstream.plugins.isk_gateway.tables.history import (
+    HistoricSnapshot,
+    SnapshotState,
+    history_table_name,
+    hot_floor,
+    kafka_holds,
+)
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
-from bergstream.plugins.isk_gateway.tables.lake_schemas import CONTRACT_BASE
+from bergstream.plugins.isk_gateway.tables.lake_schemas import CONTRACT_BASE, BaseSchema
 from bergstream.plugins.isk_gateway.tables.paths import DAY, HOUR, MERGED
 from bergstream.plugins.isk_gateway.tables.provider import (
     LoadedTable,
@@ -46,6 +56,9 @@ from bergstream.plugins.isk_gateway.tables.provider import (
     NoSuchTable,
     TableNotServable,
 )
+
+if TYPE_CHECKING:
+    from bergstream.plugins.isk_gateway.files.typed_topic import TypedTopic
 
 __all__ = ["MergedProvider"]
 
@@ -102,15 +115,68 @@ class MergedProvider:
             self.bucket, self.cluster, chunks, MERGED, unit, hot_spec, layout=digest
         )
         end_offsets = {p: o.last_stable for p, o in offsets.items()}
+        plan = self._plan(table, cold, boundary, base, typed, chunks, hot_groups, end_offsets)
+
+        async def at_watermarks(head: HistoricSnapshot) -> SnapshotState | None:
+            """The new coldset snapshot with the hot records up to ``head``'s watermarks."""
+            ends = {
+                p: min(o, max(head.ends.get(p, 0), boundary.get(p, 0)))
+                for p, o in end_offsets.items()
+            }
+            older = [c for c in chunks if c.end_offset <= ends[c.partition]]
+            if any(c.start_offset < ends[c.partition] < c.end_offset for c in chunks):
+                return None  # not cut at the head's watermarks: one step
+            groups = hotset_groups(
+                self.bucket, self.cluster, older, MERGED, unit, hot_spec, layout=digest
+            )
+            first = self._plan(table, cold, boundary, base, typed, older, groups, ends, "\x00at")
+            return SnapshotState(first, ends, hot_floor(older), cold_id)
+
+        cold_id = cold.snapshot_id if cold is not None else None
+        live_cold = cold.snapshot_ids if cold is not None else frozenset()
+        built = await self.hotset.histories.serve(
+            history_table_name(MERGED, table, digest),
+            SnapshotState(plan, end_offsets, hot_floor(chunks), cold_id),
+            self.hotset.build,
+            servable=lambda snapshot: (
+                kafka_holds(snapshot, offsets)
+                and (snapshot.cold_snapshot_id is None or snapshot.cold_snapshot_id in live_cold)
+            ),
+            at_watermarks=at_watermarks,
+        )
+        for older_table in built[:-1]:
+            await self.hotset.keep_metadata(older_table)
+        cold_sizes = cold.sizes[MERGED] if cold else None
+        await self.hotset.keep_built(MERGED, table, built[-1], chunks, cold_sizes, digest)
+        ISK_LOAD_TABLES.labels(self.cluster, MERGED).inc()
+        return LoadedTable(built[-1].metadata_location, built[-1].metadata)
+
+    def _plan(
+        self,
+        table: str,
+        cold: ColdSnapshot | None,
+        boundary: Mapping[int, int],
+        base: BaseSchema,
+        typed: TypedTopic | None,
+        chunks: Sequence[ChunkEntry],
+        hot_groups: list[ManifestGroup],
+        end_offsets: Mapping[int, int],
+        step: str = "",
+    ) -> SnapshotPlan:
+        """The merged table's plan: the coldset's files, then the hot chunks up to
+        ``end_offsets`` (``step`` tells apart the id of a first step, see :mod:`.history`)."""
+        digest = typed.digest if typed is not None else None
+        hot_spec = self._hot_spec(table, cold)
         groups = (cold.groups[MERGED] if cold else []) + hot_groups
         has_rows = any(group.files for group in groups)
         state_topic = f"{table}\x00{cold.snapshot_id if cold else 0}\x00{format_boundary(boundary)}"
         if digest is not None:
             state_topic += f"\x00{digest}"
+        state_topic += step
         summary = {HOTSET_OFFSETS_PROPERTY: format_boundary(end_offsets)}
         if boundary:
             summary[BOUNDARY_PROPERTY] = format_boundary(boundary)
-        plan = SnapshotPlan(
+        return SnapshotPlan(
             namespace=MERGED,
             topic=table,
             snapshot_id=snapshot_id_of(state_topic, chunks, end_offsets) if has_rows else None,
@@ -124,11 +190,6 @@ class MergedProvider:
             properties={**base.properties, **(typed.properties if typed is not None else {})},
             last_column_id=typed.last_column_id if typed is not None else base.last_column_id,
         )
-        built = await asyncio.to_thread(build_metadata, self.bucket, self.cluster, plan)
-        cold_sizes = cold.sizes[MERGED] if cold else None
-        await self.hotset.keep_built(MERGED, table, built, chunks, cold_sizes, digest)
-        ISK_LOAD_TABLES.labels(self.cluster, MERGED).inc()
-        return LoadedTable(built.metadata_location, built.metadata)
 
     def _hot_spec(self, table: str, cold: ColdSnapshot | None) -> PartitionSpec:
         """The partition spec the hotset's files take in the merged table: the coldset's spec

@@ -86,7 +86,7 @@ _DATA = re.compile(
 _MANIFEST = re.compile(rf"{_PREFIX}/metadata/manifest-{_DIGEST}\.avro")
 _MANIFEST_LIST = re.compile(rf"{_PREFIX}/metadata/snap-{_NUMBER}-{_DIGEST}\.avro")
 _COLD_FILE = re.compile(rf"{_SEGMENT}/({COLDSET}|{MERGED})/{_SEGMENT}/files/(.+)")
-_METADATA = re.compile(rf"{_PREFIX}/metadata/{_NUMBER}\.metadata\.json")
+_METADATA = re.compile(rf"{_PREFIX}/metadata/{_NUMBER}(?:-([0-9a-f]{{16}}))?\.metadata\.json")
 _MAX_INT64 = 2**63 - 1
 
 
@@ -243,12 +243,15 @@ class ManifestListKey:
 
 @dataclass(frozen=True)
 class MetadataKey:
-    """The metadata JSON of one snapshot (snapshot id 0: the table has no snapshot)."""
+    """The metadata JSON of one snapshot (snapshot id 0: the table has no snapshot); ``version``
+    (16 hex digits, or empty) tells apart the metadata of one current snapshot with different
+    histories (older snapshots expired)."""
 
     cluster: str
     topic: str
     snapshot_id: int
     namespace: str = HOTSET
+    version: str = ""
 
     def __post_init__(self) -> None:
         if not 0 <= self.snapshot_id <= _MAX_INT64:
@@ -257,7 +260,8 @@ class MetadataKey:
     @property
     def key(self) -> str:
         prefix = table_prefix(self.cluster, self.topic, self.namespace)
-        return f"{prefix}/metadata/{self.snapshot_id}.metadata.json"
+        version = f"-{self.version}" if self.version else ""
+        return f"{prefix}/metadata/{self.snapshot_id}{version}.metadata.json"
 
 
 ParsedKey = DataKey | ColdFileKey | ManifestKey | ManifestListKey | MetadataKey
@@ -309,8 +313,8 @@ def parse_key(key: str) -> ParsedKey:
             cluster, namespace, topic, snapshot, digest = match.groups()
             parsed = ManifestListKey(cluster, unquote(topic), int(snapshot), digest, namespace)
         elif match := _METADATA.fullmatch(key):
-            cluster, namespace, topic, snapshot = match.groups()
-            parsed = MetadataKey(cluster, unquote(topic), int(snapshot), namespace)
+            cluster, namespace, topic, snapshot, version = match.groups()
+            parsed = MetadataKey(cluster, unquote(topic), int(snapshot), namespace, version or "")
         else:
             raise NoSuchFile(f"no such key {key!r}")
         canonical = parsed.key  # re-encoding must give the key back (strict, one spelling)

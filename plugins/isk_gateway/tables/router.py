@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from bergstream.plugins.isk_gateway.tables.load_coalescer import LoadCoalescer
 from bergstream.plugins.isk_gateway.tables.paths import (
     COLDSET,
     HOTSET,
@@ -48,6 +49,9 @@ class NamespaceRouter:
         # (namespace, topic) -> when its last reload started and when it finished.
         self._reloaded: dict[tuple[str, str], tuple[float, float]] = {}
         self._reloading: dict[tuple[str, str], asyncio.Task[bool]] = {}
+        self._loads: LoadCoalescer[tuple[str, str], LoadedTable] = LoadCoalescer(
+            lambda key: self._provider(key[0]).load_table(*key)
+        )
 
     def _provider(self, namespace: str) -> TableProvider:
         provider = self.providers.get(namespace)
@@ -66,8 +70,10 @@ class NamespaceRouter:
         return await self._provider(namespace).list_tables(namespace)
 
     async def load_table(self, namespace: str, table: str) -> LoadedTable:
-        """Fresh metadata of ``namespace.table``."""
-        return await self._provider(namespace).load_table(namespace, table)
+        """Fresh metadata of ``namespace.table`` (concurrent calls share loads: see
+        :mod:`.load_coalescer`)."""
+        self._provider(namespace)  # an unknown namespace fails here, not in a shared load
+        return await self._loads((namespace, table))
 
     def _file_provider(self, key: str) -> tuple[TableProvider, str, bool]:
         """The provider serving ``key``, the key it knows the file by, and whether it is a

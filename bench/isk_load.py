@@ -1,0 +1,626 @@
+"""ISK under load: concurrent DuckDB and PyIceberg clients querying ``merged`` tables while
+records are produced, against a single client, in one run.
+
+Starts its own Kafka (the local stack, under a temporary home), creates ``--topics`` topics of 3
+partitions, fills each with ``--records`` records (Kafka's ProducerPerformance), runs ``bergstream
+run`` with an ``isk`` service over that Kafka with a ``lake:`` section (so the ``merged``
+namespace is served; the coldset is empty, so a merged table reads every offset from Kafka),
+brings every table's index up to date with one LoadTable each, then, with a producer adding
+``--rate`` records/s to the topics all along:
+
+- **1 client**: one client alternating DuckDB (``ATTACH`` of the ISK catalog) and PyIceberg
+  (RestCatalog, vended S3 settings) queries for ``--single-seconds``;
+- **N clients**: ``--clients`` clients, half DuckDB, half PyIceberg, for ``--seconds``.
+
+Each query reads ``kafka_partition`` and ``kafka_offset`` of a whole merged table (the topics in
+turn) and is checked: per partition the count equals the largest offset + 1 and the distinct
+offsets (no duplicate, no gap: the topics have no deletes or transactions), the total is at
+least the records acked before the query started and at most those produced when it ended. A
+query that fails or breaks a check is an error; the run fails if any.
+
+Reported: queries/s and p50/p99 latency of both phases (all queries and per engine), ISK's
+resident memory (baseline after the first loads, peak from the kernel's high-water mark), and
+ISK's Kafka reads: range reads per distinct range (``bergstream_isk_kafka_fetches``: 1.0 means
+no file was built twice), Fetch requests, MB of data files synthesized.
+
+    .venv/bin/python bench/isk_load.py [--records 200000] [--clients 16] [--seconds 60] [--quick]
+
+The functions above ``main`` are the load test's too (tests/isk_load/test_isk_load.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
+ACCESS_KEY = "isk-load"
+SECRET_KEY = "isk-load-secret"
+ENGINES = ("duckdb", "pyiceberg")
+
+
+# --------------------------------------------------------------------------- ISK
+
+
+def isk_yaml(
+    kafka: str,
+    workdir: Path,
+    ports: Sequence[int],
+    chunk_records: int,
+    cache_yaml: str,
+    index_interval_seconds: float = 5.0,
+    lake: bool = True,
+    access_key: str = ACCESS_KEY,
+    secret_key: str = SECRET_KEY,
+) -> str:
+    """A ``bergstream run`` config of one ``isk`` service on ``ports`` (catalog, S3, metrics)
+    with its index under ``workdir``, the cache ``cache_yaml`` (flow YAML of the choice) and,
+    with ``lake``, a ``lake:`` section (SQLite catalog under ``workdir``) for ``merged``."""
+    catalog_port, s3_port, metrics_port = ports
+    text = textwrap.dedent(
+        f"""
+        metrics: {{host: 127.0.0.1, port: {metrics_port}}}
+        services:
+          - type: isk
+            config:
+              cluster: load
+              kafka_bootstrap: "{kafka}"
+              chunk_records: {chunk_records}
+              index_interval_seconds: {index_interval_seconds}
+              http:
+                catalog_host: 127.0.0.1
+                catalog_port: {catalog_port}
+                s3_host: 127.0.0.1
+                s3_port: {s3_port}
+                access_key: {access_key}
+                secret_key: {secret_key}
+              index: {{type: sqlite, config: {{path: "{workdir / "index.sqlite"}"}}}}
+              cache: {cache_yaml}
+        """
+    )
+    if lake:
+        text += textwrap.dedent(
+            f"""
+            lake:
+              kafka_bootstrap: "{kafka}"
+              catalog: {{type: sql, uri: "sqlite:///{workdir}/lake/catalog.db",
+                        warehouse: "{workdir}/lake/warehouse"}}
+              pipeline: {{checkpoint_dir: "{workdir}/lake/checkpoints"}}
+            """
+        )
+    return text
+
+
+def scrape(metrics_port: int) -> dict[str, float]:
+    """The process's Prometheus samples (``name{labels}`` -> value), ``_created`` ones left out."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "_created" not in line:
+            name, _, value = line.rpartition(" ")
+            found[name] = float(value)
+    return found
+
+
+def kafka_reads(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """ISK's Kafka reads between two :func:`scrape` results: range reads (one per file built
+    from Kafka), ranges read again (a file built twice), range reads per distinct range,
+    Fetch requests, and MB of data files synthesized."""
+
+    def delta(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    ranges = delta('bergstream_isk_kafka_fetches_total{kind="range"}')
+    repeats = delta('bergstream_isk_kafka_fetches_total{kind="repeat"}')
+    synthesized = sum(
+        value - before.get(name, 0.0)
+        for name, value in after.items()
+        if name.startswith("bergstream_isk_synthesized_bytes_total") and 'kind="data"' in name
+    )
+    return {
+        "isk_cpu_s": round(delta("process_cpu_seconds_total"), 1),
+        "range_reads": ranges,
+        "repeated_ranges": repeats,
+        "reads_per_file": round(ranges / (ranges - repeats), 4) if ranges > repeats else 0.0,
+        "fetch_requests": delta('bergstream_isk_kafka_fetches_total{kind="request"}'),
+        "synthesized_data_mb": round(synthesized / 1e6, 2),
+    }
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """``VmRSS`` and ``VmHWM`` (the peak resident set) of process ``pid``, in bytes."""
+    found: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            found[name] = int(value.split()[0]) * 1024
+    return found
+
+
+class RssSampler:
+    """Samples a process's resident memory every ``interval`` seconds in a thread
+    (``with``-block); :attr:`peak` is the largest sample."""
+
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.peak = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.peak = max(self.peak, proc_status(self.pid)["VmRSS"])
+                self.samples += 1
+            except (OSError, KeyError):
+                return
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# --------------------------------------------------------------------------- producing
+
+
+@dataclass
+class Acks:
+    """Per topic, records handed to the producer and records Kafka acknowledged."""
+
+    produced: dict[str, int]
+    acked: dict[str, int]
+    failures: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def of(cls, topics: Sequence[str], already: int = 0) -> Acks:
+        """Counts for ``topics``, each holding ``already`` acked records."""
+        return cls({t: already for t in topics}, {t: already for t in topics})
+
+    def snapshot(self, topic: str) -> tuple[int, int]:
+        """(acked, produced) of ``topic`` now."""
+        with self.lock:
+            return self.acked[topic], self.produced[topic]
+
+
+class Producer:
+    """Produces ``rate`` records/s spread over ``topics`` in a thread (``with``-block), acks=all,
+    counting into ``acks``; ``value_bytes`` per record."""
+
+    def __init__(
+        self, bootstrap: str, topics: Sequence[str], acks: Acks, rate: float, value_bytes: int = 100
+    ) -> None:
+        from confluent_kafka import Producer as KafkaProducer
+
+        self.topics = list(topics)
+        self.acks = acks
+        self.rate = rate
+        self.value = b"x" * value_bytes
+        self._producer: Any = KafkaProducer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5}
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _delivered(self, error: Any, message: Any) -> None:
+        with self.acks.lock:
+            if error is not None:
+                self.acks.failures.append(str(error))
+            else:
+                self.acks.acked[message.topic()] += 1
+
+    def produce(self, topic: str, count: int) -> None:
+        """Produce ``count`` records to ``topic`` now (no wait for their acks)."""
+        for _ in range(count):
+            with self.acks.lock:
+                self.acks.produced[topic] += 1
+            while True:
+                try:
+                    self._producer.produce(topic, self.value, on_delivery=self._delivered)
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+        self._producer.poll(0)
+
+    def _run(self) -> None:
+        began, sent = time.monotonic(), 0
+        while not self._stop.is_set():
+            due = int((time.monotonic() - began) * self.rate)
+            for i in range(sent, due):
+                self.produce(self.topics[i % len(self.topics)], 1)
+            sent = max(sent, due)
+            self._producer.poll(0.02)
+
+    def flush(self, timeout: float = 60) -> None:
+        """Wait until every record produced so far is acknowledged."""
+        left = self._producer.flush(timeout)
+        if left:
+            raise RuntimeError(f"{left} records still unacknowledged after {timeout} s")
+
+    def __enter__(self) -> Producer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.close()
+
+    def close(self) -> None:
+        """Wait for every ack, then let the Kafka client go (its threads end with it)."""
+        if self._producer is not None:
+            self.flush()
+            self._producer = None
+
+
+# --------------------------------------------------------------------------- clients
+
+#: Per partition: (partition, rows, largest offset, distinct offsets).
+Partitions = list[tuple[int, int, int, int]]
+
+
+class DuckDBClient:
+    """One DuckDB connection with the ISK catalog attached as ``isk``."""
+
+    engine = "duckdb"
+
+    def __init__(self, catalog_url: str) -> None:
+        from bergstream.devstack.quickstart.clients import SqlSession, offline_duckdb
+
+        self.connection = offline_duckdb()
+        self.connection.execute(SqlSession.attach_sql(catalog_url))
+
+    def query(self, topic: str) -> Partitions:
+        """Count, largest and distinct offsets per partition of ``merged.<topic>``."""
+        rows = self.connection.execute(
+            "SELECT kafka_partition, count(*), max(kafka_offset), count(DISTINCT kafka_offset) "
+            f'FROM isk.merged."{topic}" GROUP BY kafka_partition'
+        ).fetchall()
+        return [tuple(int(v) for v in row) for row in rows]  # type: ignore[misc]
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.connection.close()
+
+
+class PyIcebergClient:
+    """A PyIceberg RestCatalog on ISK: each query loads the table and scans it (S3 settings from
+    the table's vended config, as any client)."""
+
+    engine = "pyiceberg"
+
+    def __init__(self, catalog_url: str) -> None:
+        from pyiceberg.catalog.rest import RestCatalog
+
+        self.catalog = RestCatalog(f"isk-{uuid.uuid4().hex[:6]}", uri=catalog_url)
+
+    def query(self, topic: str) -> Partitions:
+        """Count, largest and distinct offsets per partition of ``merged.<topic>``."""
+        table = self.catalog.load_table(("merged", topic))
+        rows = table.scan(selected_fields=("kafka_partition", "kafka_offset")).to_arrow()
+        grouped = rows.group_by("kafka_partition").aggregate(
+            [
+                ("kafka_offset", "count"),
+                ("kafka_offset", "max"),
+                ("kafka_offset", "count_distinct"),
+            ]
+        )
+        return [
+            (int(r["kafka_partition"]), int(r["kafka_offset_count"]),
+             int(r["kafka_offset_max"]), int(r["kafka_offset_count_distinct"]))
+            for r in grouped.to_pylist()
+        ]  # fmt: skip
+
+    def close(self) -> None:
+        """Nothing to close (HTTP sessions close with the process)."""
+
+
+def check(partitions: Partitions, acked_at_start: int, produced_at_end: int) -> str | None:
+    """Why a query's answer is wrong, or None: per partition, rows = largest offset + 1 =
+    distinct offsets; in total at least ``acked_at_start``, at most ``produced_at_end``."""
+    for partition, rows, largest, distinct in partitions:
+        if not rows == largest + 1 == distinct:
+            return (
+                f"partition {partition}: {rows} rows, {distinct} distinct offsets, largest "
+                f"offset {largest} (duplicates or gaps)"
+            )
+    total = sum(rows for _, rows, _, _ in partitions)
+    if total < acked_at_start:
+        return f"{total} rows, but {acked_at_start} records were acked before the query"
+    if total > produced_at_end:
+        return f"{total} rows, more than the {produced_at_end} records produced"
+    return None
+
+
+@dataclass
+class Query:
+    """One query of the load: its engine, topic, seconds, rows and error (None: correct)."""
+
+    engine: str
+    topic: str
+    seconds: float
+    rows: int
+    error: str | None
+
+
+def client_loop(
+    number: int,
+    engines: Sequence[str],
+    catalog_url: str,
+    topics: Sequence[str],
+    acks: Acks,
+    deadline: float,
+    out: list[Query],
+) -> None:
+    """Run queries until ``deadline``, cycling through ``engines`` and ``topics`` (starting at
+    ``number``); append each to ``out``."""
+    makers: dict[str, Callable[[str], DuckDBClient | PyIcebergClient]] = {
+        "duckdb": DuckDBClient,
+        "pyiceberg": PyIcebergClient,
+    }
+    clients: dict[str, DuckDBClient | PyIcebergClient] = {}
+    turn = number
+    try:
+        while time.monotonic() < deadline:
+            engine = engines[turn % len(engines)]
+            topic = topics[turn % len(topics)]
+            turn += 1
+            acked, _ = acks.snapshot(topic)
+            began = time.perf_counter()
+            rows, error = 0, None
+            try:
+                if engine not in clients:
+                    clients[engine] = makers[engine](catalog_url)
+                answer = clients[engine].query(topic)
+                rows = sum(r for _, r, _, _ in answer)
+                error = check(answer, acked, acks.snapshot(topic)[1])
+            except Exception as failure:  # every failure is reported, none stops the load
+                error = f"{type(failure).__name__}: {failure}"
+            out.append(Query(engine, topic, time.perf_counter() - began, rows, error))
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+def probe_load_tables(
+    catalog_url: str, topics: Sequence[str], deadline: float, out: list[float]
+) -> None:
+    """Time a bare LoadTable of the topics in turn, one every half second, until ``deadline``."""
+    turn = 0
+    while time.monotonic() < deadline:
+        began = time.perf_counter()
+        try:
+            load_table_bytes(catalog_url, topics[turn % len(topics)])
+        except OSError:
+            pass  # the clients report ISK's errors; this only times LoadTable
+        else:
+            out.append(time.perf_counter() - began)
+        turn += 1
+        time.sleep(max(0.0, 0.5 - (time.perf_counter() - began)))
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The ``fraction`` quantile of ``values`` (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
+
+
+def summarize(queries: Sequence[Query], seconds: float) -> dict[str, Any]:
+    """Queries/s and p50/p99 latency (ms) of ``queries`` run in ``seconds``."""
+    times = [q.seconds for q in queries] or [0.0]
+    return {
+        "queries": len(queries),
+        "queries_s": round(len(queries) / seconds, 2),
+        "p50_ms": round(1000 * statistics.median(times), 1),
+        "p99_ms": round(1000 * percentile(times, 0.99), 1),
+    }
+
+
+def run_clients(
+    catalog_url: str, topics: Sequence[str], acks: Acks, clients: int, seconds: float
+) -> dict[str, Any]:
+    """``clients`` concurrent clients for ``seconds`` (half DuckDB, half PyIceberg; a single
+    client alternates them): figures overall and per engine, rows read and every error."""
+    queries: list[Query] = []
+    deadline = time.monotonic() + seconds
+    threads = [
+        threading.Thread(
+            target=client_loop,
+            args=(n, ENGINES if clients == 1 else (ENGINES[n % 2],), catalog_url, topics, acks,
+                  deadline, queries),
+            daemon=True,
+        )
+        for n in range(clients)
+    ]  # fmt: skip
+    probe_times: list[float] = []
+    probe = threading.Thread(
+        target=probe_load_tables, args=(catalog_url, topics, deadline, probe_times), daemon=True
+    )
+    began, cpu = time.monotonic(), time.process_time()
+    for thread in [*threads, probe]:
+        thread.start()
+    for thread in [*threads, probe]:
+        thread.join()
+    elapsed = time.monotonic() - began  # queries started before the deadline end after it
+    result = {"clients": clients, "seconds": round(elapsed, 1), **summarize(queries, elapsed)}
+    # The clients share this process (and its GIL): its CPU seconds and the machine's load
+    # tell whether they, not ISK, were the bottleneck.
+    result["client_process_cpu_s"] = round(time.process_time() - cpu, 1)
+    # ISK's own share of a query: a bare LoadTable (plain HTTP, no engine) timed meanwhile.
+    result["probe_load_table"] = summarize(
+        [Query("probe", "", t, 0, None) for t in probe_times], elapsed
+    )
+    result["load_average_1m"] = round(os.getloadavg()[0], 2)
+    for engine in ENGINES:
+        mine = [q for q in queries if q.engine == engine]
+        result[engine] = summarize(mine, elapsed)
+    result["rows_read"] = sum(q.rows for q in queries)
+    result["errors"] = [f"{q.engine} {q.topic}: {q.error}" for q in queries if q.error]
+    kinds: dict[str, int] = {}
+    for q in queries:
+        if q.error:
+            kind = f"{q.engine}: {q.error.replace(q.topic, '<topic>')[:90]}"
+            kinds[kind] = kinds.get(kind, 0) + 1
+    result["error_kinds"] = kinds
+    return result
+
+
+def first_loads(catalog_url: str, topics: Sequence[str]) -> float:
+    """Seconds of one LoadTable of each ``merged`` table in turn (indexes built on the way)."""
+    began = time.perf_counter()
+    for topic in topics:
+        load_table_bytes(catalog_url, topic)
+    return time.perf_counter() - began
+
+
+def load_table_bytes(catalog_url: str, topic: str) -> int:
+    """Bytes of the LoadTable response of ``merged.<topic>`` (its metadata inline) now."""
+    url = f"{catalog_url}/v1/namespaces/merged/tables/{topic}"
+    with urllib.request.urlopen(url, timeout=3600) as response:
+        return len(response.read())
+
+
+# --------------------------------------------------------------------------- the bench
+
+
+def start_isk(workdir: Path, config_text: str) -> subprocess.Popen[bytes]:
+    """``bergstream run`` on ``config_text``, once it printed its ready line."""
+    config = workdir / "isk.yaml"
+    config.write_text(config_text)
+    log = workdir / "isk.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [BERGSTREAM, "run", "-c", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env={**os.environ, "BERGSTREAM_HOME": str(workdir / "home")},
+        )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if "bergstream: ready" in log.read_text(errors="replace"):
+            return process
+        if process.poll() is not None:
+            break
+        time.sleep(0.1)
+    process.kill()
+    process.wait()
+    raise RuntimeError(f"ISK did not start:\n{log.read_text(errors='replace')[-4000:]}")
+
+
+def main() -> None:
+    """Run the benchmark and print its JSON summary (last line)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--topics", type=int, default=4)
+    parser.add_argument("--records", type=int, default=200_000, help="per topic, before the load")
+    parser.add_argument("--record-size", type=int, default=200)
+    parser.add_argument("--chunk-records", type=int, default=20_000, help="ISK chunk_records")
+    parser.add_argument("--rate", type=float, default=2000, help="records/s produced during load")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=60, help="of the N-client phase")
+    parser.add_argument("--single-seconds", type=float, default=30, help="of the 1-client phase")
+    parser.add_argument("--quick", action="store_true", help="20k records, 20 s + 10 s")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    if args.quick:
+        args.records, args.chunk_records, args.seconds, args.single_seconds = 20_000, 5000, 20, 10
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from benchkit import create_topic, perf_produce
+
+    from bergstream.devstack.stack import stack_down, stack_up
+    from bergstream.devstack.stack.ports import free_ports
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-isk-load-"))
+    home = workdir / "home"
+    process: subprocess.Popen[bytes] | None = None
+    try:
+        kafka = stack_up(home=home, components={"kafka"}).as_dict()["BERGSTREAM_KAFKA_BOOTSTRAP"]
+        topics = [f"isk-load-{n}" for n in range(args.topics)]
+        for topic in topics:
+            create_topic(kafka, topic, 3)
+            perf_produce(kafka, topic, args.records, args.record_size)
+        ports = free_ports(3)
+        cache = f'{{type: local, config: {{directory: "{workdir / "cache"}"}}}}'
+        process = start_isk(workdir, isk_yaml(kafka, workdir, ports, args.chunk_records, cache))
+        catalog_url = f"http://127.0.0.1:{ports[0]}"
+        first_s = first_loads(catalog_url, topics)
+        print(f"first loads of {len(topics)} merged tables: {first_s:.1f} s", flush=True)
+        baseline = proc_status(process.pid)["VmRSS"]
+        before = scrape(ports[2])
+        acks = Acks.of(topics, args.records)
+        phases: list[dict[str, Any]] = []
+        with RssSampler(process.pid) as rss, Producer(kafka, topics, acks, args.rate):
+            for clients, seconds in ((1, args.single_seconds), (args.clients, args.seconds)):
+                phase = run_clients(catalog_url, topics, acks, clients, seconds)
+                print(f"{clients} client(s): {json.dumps(phase)[:600]}", flush=True)
+                phases.append(phase)
+        reads = kafka_reads(before, scrape(ports[2]))
+        status = proc_status(process.pid)
+        load_bytes = load_table_bytes(catalog_url, topics[0])
+        single, many = phases
+        summary = {
+            "topics": len(topics),
+            "records_per_topic": args.records,
+            "record_bytes": args.record_size,
+            "chunk_records": args.chunk_records,
+            "rate": args.rate,
+            "produced_during_load": sum(acks.acked.values()) - args.records * len(topics),
+            "first_loads_s": round(first_s, 2),
+            "single": single | {"errors": len(single["errors"])},
+            "concurrent": many | {"errors": len(many["errors"])},
+            "speedup_queries_s": round(many["queries_s"] / max(single["queries_s"], 1e-9), 2),
+            "kafka_reads_during_load": reads,
+            "load_table_bytes_at_end": load_bytes,
+            "isk_rss_mb": {
+                "baseline": round(baseline / 2**20, 1),
+                "peak_sampled": round(rss.peak / 2**20, 1),
+                "peak_hwm": round(status["VmHWM"] / 2**20, 1),
+            },
+            "error_examples": (single["errors"] + many["errors"])[:5],
+            "producer_failures": acks.failures[:5],
+        }
+        print(json.dumps(summary))
+        if single["errors"] or many["errors"] or acks.failures:
+            raise SystemExit("errors during the load (see error_examples)")
+    finally:
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        stack_down(home=home)
+        if args.keep:
+            print(f"kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""Single artifacts from Maven Central for the stack's servers (Apicurio Registry, Trino):
+copied with ``mvn dependency:copy`` into a work directory, tarballs unpacked safely."""
+
+from __future__ import annotations
+
+import subprocess
+import tarfile
+from pathlib import Path
+
+from .paths import StackError
+from .procs import find_executable
+
+__all__ = ["INSTALL_MAVEN", "copy_artifact", "unpack_tarball"]
+
+#: How to get ``mvn`` when it is missing.
+INSTALL_MAVEN = "install Maven (Debian/Ubuntu: `apt-get install -y maven`)"
+# Pinned so the result does not depend on Maven's default. 2.8 (the default of Maven 3.8 and
+# 3.9), because 3.x reads the artifact's POM first and fails where its parent POM is not on
+# Maven Central (Apicurio's). The tarballs carry everything their servers need.
+_COPY_GOAL = "org.apache.maven.plugins:maven-dependency-plugin:2.8:copy"
+
+
+def copy_artifact(artifact: str, directory: Path) -> None:
+    """Copy ``artifact`` (``group:artifact:version[:type[:classifier]]``) from Maven Central into
+    ``directory``; :class:`StackError` naming the artifact and how to fix it otherwise."""
+    mvn = find_executable("mvn")
+    if mvn is None:
+        raise StackError(
+            f"{artifact} is not cached and `mvn` was not found to download it from Maven "
+            f"Central: {INSTALL_MAVEN}"
+        )
+    cmd = [mvn, "-q", "-B", _COPY_GOAL, f"-Dartifact={artifact}", f"-DoutputDirectory={directory}"]
+    try:
+        out = subprocess.run(
+            cmd, cwd=directory, capture_output=True, text=True, timeout=1800, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise StackError(f"`{' '.join(cmd)}` did not finish in 30 minutes") from exc
+    if out.returncode != 0:
+        tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-30:])
+        raise StackError(
+            f"could not download {artifact} from Maven Central "
+            f"(`{' '.join(cmd)}` exited {out.returncode}):\n{tail}"
+        )
+
+
+def unpack_tarball(tarball: Path, destination: Path, artifact: str) -> None:
+    """Unpack ``tarball`` (of ``artifact``) into ``destination``, refusing members that would
+    land outside it."""
+    try:
+        with tarfile.open(tarball) as archive:
+            archive.extractall(destination, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise StackError(f"could not unpack {artifact} ({exc})") from exc
