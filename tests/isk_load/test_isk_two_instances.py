@@ -6,6 +6,7 @@ other instance built, without reading Kafka again."""
 from __future__ import annotations
 
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -162,3 +163,31 @@ def test_files_of_one_instance_are_served_by_the_other(
     again = two.catalog().load_table(f"hotset.{topic}")
     assert again.metadata_location == loaded.metadata_location
     assert metadata_differences(again, loaded) == []
+
+
+def test_a_client_alternating_between_instances_reads_every_record(
+    instances: tuple[Instance, Instance], kafka_bootstrap: str, new_topic: Callable[..., str]
+) -> None:
+    """Records are produced throughout; each round loads the table from one instance and reads
+    its files through the other, in turn. Every answer holds each acked record once, and none
+    of the files one instance built is rebuilt from Kafka by the other."""
+    one, two = instances
+    topic = new_topic(partitions=2, prefix="alt")
+    acks = isk_load.Acks.of([topic])
+    serve = 'bergstream_isk_kafka_read_bytes_total{cluster="load",purpose="serve"}'
+    with isk_load.Producer(kafka_bootstrap, [topic], acks, RATE):
+        counts: list[int] = []
+        for round_ in range(8):
+            loads, reads = (one, two) if round_ % 2 == 0 else (two, one)
+            acked_at_start, _ = acks.snapshot(topic)
+            table = loads.catalog().load_table(f"hotset.{topic}")
+            # Every file the loading instance built is in the shared cache: the reading one
+            # serves them without fetching from Kafka.
+            before = isk_load.scrape(reads.metrics_port)
+            rows = checked_rows(through(table, reads), acked_at_start, acks.snapshot(topic)[1])
+            after = isk_load.scrape(reads.metrics_port)
+            assert after.get(serve, 0.0) == before.get(serve, 0.0), (round_, before, after)
+            counts.append(rows)
+            time.sleep(0.5)
+    assert not acks.failures, acks.failures[:3]
+    assert counts == sorted(counts) and counts[-1] > counts[0], counts
