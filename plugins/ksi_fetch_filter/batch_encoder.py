@@ -132,9 +132,9 @@ def _encode(
     keys = _binary(part.column("kafka_key"), "kafka_key")
     values = _binary(part.column("kafka_value"), "kafka_value")
     header_rows, header_keys, header_values = _headers(part.column("kafka_headers"))
-    offsets = np.array(segment.offsets[start:stop], dtype=np.int64)
-    timestamps = np.array(segment.timestamps[start:stop], dtype=np.int64)
-    timestamp_types = np.array(segment.timestamp_types[start:stop], dtype=np.int64)
+    offsets = segment.offsets[start:stop]
+    timestamps = segment.timestamps[start:stop]
+    timestamp_types = segment.timestamp_types[start:stop]
     payload = keys.span + values.span + header_keys.span + header_values.span
     most = (
         payload
@@ -153,7 +153,7 @@ def _encode(
             values.offsets, values.data, values.valid,
             header_rows, header_keys.offsets, header_keys.data,
             header_values.offsets, header_values.data, header_values.valid,
-            stop < read.stop, segment.offsets[read.stop - 1], tail, budget, batch_max_bytes,
+            stop < read.stop, int(segment.offsets[read.stop - 1]), tail, budget, batch_max_bytes,
             first_in_response, out, starts, result,
         )  # fmt: skip
         if status == DONE:

@@ -62,7 +62,7 @@ def build_cold_batches_reference(
     pending: list[tuple[int, Record]] = []
     pending_size = record_batch.HEADER_SIZE
     count = 0
-    next_offset = read.segment.offsets[read.start]
+    next_offset = int(read.segment.offsets[read.start])
     done = False
 
     def flush() -> bool:

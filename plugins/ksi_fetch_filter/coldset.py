@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import threading
 import time
-from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.expressions import EqualTo
@@ -221,7 +221,7 @@ class ColdTable:
                 if not found:
                     offset = lead.high + 1
                     continue
-                slices = tuple((key, piece.offsets[-1]) for key, piece in found)
+                slices = tuple((key, int(piece.offsets[-1])) for key, piece in found)
                 segment = concat_segments([piece for _, piece in found])
             else:  # row groups whose offset ranges overlap: merge them whole
                 segment = merge_segments(
@@ -229,11 +229,11 @@ class ColdTable:
                 )
             limit = min(lead.high, boundary - 1)
             start = segment.index_of(offset)
-            stop = bisect_right(segment.offsets, limit)
+            stop = segment.index_after(limit)
             if start >= stop:
                 offset = limit + 1
                 continue
-            end = segment.offsets[stop - 1]
+            end = int(segment.offsets[stop - 1])
             tail = boundary - 1 if end >= last and boundary - 1 > end else None
             return ColdRead(segment, start, stop, tail, slices)
         return None
@@ -273,11 +273,11 @@ class ColdTable:
                 if best is not None and ref.low > best[0]:
                     break
                 segment = self.store.segment(ref, partition, snap.encoder)
-                for index, value in enumerate(segment.timestamps):
-                    found = segment.offsets[index]
-                    if found >= boundary or (best is not None and found >= best[0]):
-                        break
-                    if value >= timestamp:
-                        best = (found, value)
-                        break
+                # Rows are in offset order: the first whose timestamp reaches ``timestamp``,
+                # if it lies below the boundary and below the best found so far.
+                later = np.flatnonzero(segment.timestamps >= timestamp)
+                if len(later):
+                    found = int(segment.offsets[later[0]])
+                    if found < boundary and (best is None or found < best[0]):
+                        best = (found, int(segment.timestamps[later[0]]))
         return best

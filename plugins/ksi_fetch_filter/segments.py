@@ -1,6 +1,6 @@
 """Decoded coldset rows: a *segment* is one Parquet row group's rows of one Kafka partition,
-sorted by offset, with offsets and timestamps as Python ints and the payload columns kept in
-Arrow until a batch needs them.
+sorted by offset, with offsets, timestamps and timestamp types as int64 NumPy arrays and the
+payload columns kept in Arrow until a batch needs them.
 
 A typed table's rows hold their values (and keys) as columns: a :data:`PayloadEncoder` gives
 their original bytes back, once per decoded slice, on the slice's first use (a fetch, or the
@@ -9,7 +9,6 @@ store's read-ahead in the background), so the cached payload is what was produce
 from __future__ import annotations
 
 import threading
-from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
@@ -21,6 +20,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bergstream.core.api import Record
+
+#: Bytes per row of a segment's offset, timestamp and timestamp type arrays (three int64).
+ROW_ARRAYS_BYTES = 24
 
 #: Columns a segment reads (the row contract's names).
 READ_COLUMNS = (
@@ -87,9 +89,9 @@ class Payload:
 class Segment:
     """Rows of one Kafka partition sorted by offset (no duplicate offsets)."""
 
-    offsets: list[int]
-    timestamps: list[int]  # ms
-    timestamp_types: list[int]
+    offsets: np.ndarray  # int64
+    timestamps: np.ndarray  # int64, ms
+    timestamp_types: np.ndarray  # int64
     source: Payload  # PAYLOAD_COLUMNS, row i matches offsets[i]
     nbytes: int
 
@@ -103,7 +105,11 @@ class Segment:
 
     def index_of(self, offset: int) -> int:
         """Index of the first row whose offset is >= ``offset``."""
-        return bisect_left(self.offsets, offset)
+        return int(np.searchsorted(self.offsets, offset, side="left"))
+
+    def index_after(self, offset: int) -> int:
+        """Index of the first row whose offset is > ``offset``."""
+        return int(np.searchsorted(self.offsets, offset, side="right"))
 
     def records(self, start: int, stop: int) -> list[tuple[int, Record]]:
         """Rows ``start:stop`` as (timestamp type, record) pairs."""
@@ -116,10 +122,10 @@ class Segment:
             row_headers = headers[i]
             out.append(
                 (
-                    self.timestamp_types[start + i],
+                    int(self.timestamp_types[start + i]),
                     Record(
-                        offset=self.offsets[start + i],
-                        timestamp=self.timestamps[start + i],
+                        offset=int(self.offsets[start + i]),
+                        timestamp=int(self.timestamps[start + i]),
                         key=keys[i],
                         value=values[i],
                         headers=tuple((h["key"], h["value"]) for h in row_headers)
@@ -129,6 +135,12 @@ class Segment:
                 )
             )
         return out
+
+
+def _int64(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """An integer column as an int64 array of its own (a copy: a cached slice must not keep the
+    row group's buffers alive)."""
+    return np.array(column.to_numpy(), dtype=np.int64)
 
 
 def decode_segment(rows: pa.Table, partition: int, encode: PayloadEncoder | None = None) -> Segment:
@@ -145,8 +157,8 @@ def decode_segment(rows: pa.Table, partition: int, encode: PayloadEncoder | None
         first = np.concatenate([[True], np.diff(ordered) != 0])  # first row of each offset
         if not first.all():
             rows = rows.filter(pa.array(first))
-    offsets: list[int] = rows.column("kafka_offset").to_pylist()
-    micros = rows.column("kafka_timestamp").cast(pa.int64()).to_pylist()
+    offsets = _int64(rows.column("kafka_offset"))
+    micros = _int64(rows.column("kafka_timestamp").cast(pa.int64()))
     if encode is None:
         source = Payload(rows.select(list(PAYLOAD_COLUMNS)))
         size = source.get().nbytes
@@ -156,10 +168,10 @@ def decode_segment(rows: pa.Table, partition: int, encode: PayloadEncoder | None
         size = typed.nbytes  # about the size of the payload it becomes
     return Segment(
         offsets=offsets,
-        timestamps=[value // 1000 for value in micros],
-        timestamp_types=rows.column("kafka_timestamp_type").to_pylist(),
+        timestamps=micros // 1000,  # floor, as the row contract's microseconds came from ms
+        timestamp_types=_int64(rows.column("kafka_timestamp_type")),
         source=source,
-        nbytes=size + 120 * len(offsets),
+        nbytes=size + ROW_ARRAYS_BYTES * len(offsets),
     )
 
 
@@ -167,28 +179,22 @@ def merge_segments(segments: list[Segment]) -> Segment:
     """One segment holding the rows of ``segments`` (which may overlap), sorted by offset."""
     if len(segments) == 1:
         return segments[0]
-    order = sorted(
-        (offset, s, i)
-        for s, segment in enumerate(segments)
-        for i, offset in enumerate(segment.offsets)
-    )
-    picks: list[tuple[int, int, int]] = []
-    for item in order:
-        if not picks or picks[-1][0] != item[0]:
-            picks.append(item)
-    bases = [0]
-    for segment in segments[:-1]:
-        bases.append(bases[-1] + len(segment))
-    rows = pa.array([bases[s] + i for _, s, i in picks], pa.int64())
+    offsets = np.concatenate([segment.offsets for segment in segments])
+    order = np.argsort(offsets, kind="stable")  # equal offsets: the earlier segment's row
+    ordered = offsets[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    picks = order[first]
+    rows = pa.array(picks, pa.int64())
 
     def make() -> pa.Table:
         combined = pa.concat_tables([segment.payload for segment in segments]).combine_chunks()
         return combined.take(rows)
 
     return Segment(
-        offsets=[offset for offset, _, _ in picks],
-        timestamps=[segments[s].timestamps[i] for _, s, i in picks],
-        timestamp_types=[segments[s].timestamp_types[i] for _, s, i in picks],
+        offsets=offsets[picks],
+        timestamps=np.concatenate([segment.timestamps for segment in segments])[picks],
+        timestamp_types=np.concatenate([segment.timestamp_types for segment in segments])[picks],
         source=Payload(make=make),
         nbytes=sum(segment.nbytes for segment in segments),
     )
@@ -199,9 +205,9 @@ def concat_segments(segments: list[Segment]) -> Segment:
     if len(segments) == 1:
         return segments[0]
     return Segment(
-        offsets=[o for segment in segments for o in segment.offsets],
-        timestamps=[t for segment in segments for t in segment.timestamps],
-        timestamp_types=[t for segment in segments for t in segment.timestamp_types],
+        offsets=np.concatenate([segment.offsets for segment in segments]),
+        timestamps=np.concatenate([segment.timestamps for segment in segments]),
+        timestamp_types=np.concatenate([segment.timestamp_types for segment in segments]),
         source=Payload(make=lambda: pa.concat_tables([s.payload for s in segments])),
         nbytes=sum(segment.nbytes for segment in segments),
     )
@@ -232,7 +238,7 @@ def read_row_group_slices(
             batch_size=per_slice, row_groups=[row_group], columns=columns
         )
     ]
-    slices = [piece for piece in slices if piece.offsets]
+    slices = [piece for piece in slices if len(piece)]
     if _in_order(slices):
         return slices
     whole = decode_segment(parquet.read_row_group(row_group, columns=columns), partition, encode)
@@ -242,11 +248,11 @@ def read_row_group_slices(
         payload = whole.payload.take(pa.array(range(start, stop), pa.int64()))  # rare: eager
         out.append(
             Segment(
-                offsets=whole.offsets[start:stop],
-                timestamps=whole.timestamps[start:stop],
-                timestamp_types=whole.timestamp_types[start:stop],
+                offsets=whole.offsets[start:stop].copy(),
+                timestamps=whole.timestamps[start:stop].copy(),
+                timestamp_types=whole.timestamp_types[start:stop].copy(),
                 source=Payload(payload),
-                nbytes=payload.nbytes + 120 * (stop - start),
+                nbytes=payload.nbytes + ROW_ARRAYS_BYTES * (stop - start),
             )
         )
     return out

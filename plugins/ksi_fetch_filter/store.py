@@ -235,7 +235,7 @@ class ColdStore:
             future.set_result(slices)
             for number, piece in enumerate(slices):
                 self.segments.put((*base, number), piece, piece.nbytes)
-            self._slice_index[base] = [(p.offsets[0], p.offsets[-1]) for p in slices]
+            self._slice_index[base] = [(int(p.offsets[0]), int(p.offsets[-1])) for p in slices]
             self._row_group_bytes = sum(p.nbytes for p in slices)
             return slices
         finally:
