@@ -9,7 +9,8 @@ with ``bergstream pipeline run --once``, then times:
 - **cold**: after DeleteRecords up to each partition's end (nothing left in Kafka), the same
   consumer reading every record through ``bergstream run`` with the ksi filter.
 
-MB/s counts record values (records x record size). Prints one JSON object.
+MB/s counts record values (records x record size); the cold figures add the proxy's CPU
+seconds during the cold read, in all and per record. Prints one JSON object.
 
     .venv/bin/python bench/ksi_cold_fetch.py [--records 1000000] [--record-size 1024]
 """
@@ -87,6 +88,12 @@ def consume(bootstrap: str, topic: str, records: int) -> float:
     if seen < records or started is None:
         raise RuntimeError(f"read {seen} of {records} records")
     return time.monotonic() - started
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, every thread) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def delete_all(kafka: str, topic: str, partitions: int) -> None:
@@ -169,7 +176,9 @@ def main() -> None:
                 break
         else:
             raise RuntimeError("the proxy did not start")
+        proxy_cpu = cpu_seconds(proxy.pid)
         cold = consume(f"127.0.0.1:{port}", topic, args.records)
+        proxy_cpu = cpu_seconds(proxy.pid) - proxy_cpu
         megabytes = args.records * args.record_size / 1e6
         result = {
             "records": args.records,
@@ -185,6 +194,8 @@ def main() -> None:
                 "seconds": round(cold, 2),
                 "records_per_s": round(args.records / cold),
                 "mb_per_s": round(megabytes / cold, 1),
+                "proxy_cpu_seconds": round(proxy_cpu, 2),
+                "proxy_cpu_us_per_record": round(proxy_cpu / args.records * 1e6, 2),
             },
             "cold_to_hot_ratio": round(hot / cold, 3),
         }

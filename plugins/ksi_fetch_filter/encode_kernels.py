@@ -177,7 +177,7 @@ def _estimate(
 
 @numba.njit(cache=True, nogil=True)
 def _write_batch(
-    out: np.ndarray, at: int, first: int, end: int, last_offset_delta: int,
+    out: np.ndarray, at: int, first: int, end: int, last_offset_delta: int, bodies: np.ndarray,
     offsets: np.ndarray, timestamps: np.ndarray, timestamp_types: np.ndarray,
     key_offsets: np.ndarray, key_data: np.ndarray, key_valid: np.ndarray,
     value_offsets: np.ndarray, value_data: np.ndarray, value_valid: np.ndarray,
@@ -185,7 +185,8 @@ def _write_batch(
     header_value_offsets: np.ndarray, header_value_data: np.ndarray,
     header_value_valid: np.ndarray,
 ) -> int:  # fmt: skip
-    """Write rows ``[first, end)`` as one batch at ``at`` (CRC field zero); where it ends."""
+    """Write rows ``[first, end)`` as one batch at ``at`` (CRC field zero), ``bodies[row]``
+    the size of row's record after its length varint; where it ends."""
     base_offset = offsets[first]
     base_timestamp = NO_TIMESTAMP
     max_timestamp = NO_TIMESTAMP
@@ -194,11 +195,7 @@ def _write_batch(
         base_timestamp, max_timestamp, delta = _timestamps(
             timestamps[row], base_timestamp, max_timestamp
         )
-        body = _body_size(
-            row, first, delta, offsets, key_offsets, key_valid, value_offsets, value_valid,
-            header_rows, header_key_offsets, header_value_offsets, header_value_valid,
-        )  # fmt: skip
-        pos = _put_varint(out, pos, body)
+        pos = _put_varint(out, pos, bodies[row])
         out[pos] = 0  # record attributes
         pos = _put_varint(out, pos + 1, delta)
         pos = _put_varint(out, pos, offsets[row] - base_offset)
@@ -268,6 +265,7 @@ def encode_batches(
     pending = 0  # pending rows: first .. first + pending - 1
     pending_size = HEADER_SIZE
     row = 0
+    bodies = np.empty(rows, np.int64)  # each record's size, from sizing its batch to writing it
     while True:
         at_end = row == rows
         size = 0
@@ -300,6 +298,7 @@ def encode_batches(
                     value_valid, header_rows, header_key_offsets, header_value_offsets,
                     header_value_valid,
                 )  # fmt: skip
+                bodies[r] = body
                 batch += _varint_size(body) + body
             last = offsets[end - 1]
             if tail >= 0 and last == last_offset:
@@ -312,7 +311,7 @@ def encode_batches(
                 result[REQUIRED] = pos + batch
                 return NO_ROOM
             written = _write_batch(
-                out, pos, first, end, last - offsets[first], offsets, timestamps,
+                out, pos, first, end, last - offsets[first], bodies, offsets, timestamps,
                 timestamp_types, key_offsets, key_data, key_valid, value_offsets, value_data,
                 value_valid, header_rows, header_key_offsets, header_key_data,
                 header_value_offsets, header_value_data, header_value_valid,
