@@ -11,7 +11,8 @@ bytes), :mod:`.projection` (older data files read in the table's current schema)
 :mod:`.store` (catalog, reader threads, caches, read-ahead),
 :mod:`.batches` (record batches within byte budgets), :mod:`.batch_encoder` and
 :mod:`.encode_kernels` (those batches written from Arrow columns in one compiled loop),
-:mod:`.planner` (which partitions the coldset serves, and what), :mod:`.kafka_state` (topic ids,
+:mod:`.planner` (which partitions the coldset serves, and what), :mod:`.ahead` (the next
+answer of a sequential consumer encoded while it reads this one), :mod:`.kafka_state` (topic ids,
 end offsets and the client's READ right, asked of Kafka out of band), :mod:`.responses` (Fetch
 and ListOffsets messages split and merged), :mod:`.filter` (the filter and its factory),
 :mod:`.plugin` (the registration).

@@ -139,6 +139,11 @@ class ColdTable:
             self._snapshot = snap
             return snap
 
+    def version(self) -> tuple[int | None, Any]:
+        """What the rows read now depend on: the current snapshot and the table's shape."""
+        snap = self._current()
+        return snap.snapshot_id, snap.shape
+
     def encoder(self) -> PayloadEncoder | None:
         """The payload encoder of the current snapshot (None for a raw table)."""
         return self._current().encoder

@@ -3,10 +3,12 @@ Runs on a reader thread: every call here may block on the catalog or on data fil
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
+from bergstream.plugins.ksi_fetch_filter.ahead import AheadKey, Built
 from bergstream.plugins.ksi_fetch_filter.batches import build_cold_batches
-from bergstream.plugins.ksi_fetch_filter.coldset import ColdsetError
+from bergstream.plugins.ksi_fetch_filter.coldset import ColdsetError, ColdTable
 from bergstream.plugins.ksi_fetch_filter.store import ColdStore
 
 Key = tuple[str, int]
@@ -58,13 +60,15 @@ def plan_fetch(
                 answers[key] = ColdAnswer(log_start=first)
                 continue
             budget = max(min(ask.max_bytes, max_bytes - used), 0)
-            read = cold.read(ask.partition, ask.offset, budget)
-            if read is None:
+            version = cold.version()
+            ahead = AheadKey(ask.topic, ask.partition, ask.offset, budget, not served_any, version)
+            built = _take_ahead(store, ahead)
+            if built is None:
+                built = build_answer(cold, ahead, batch_max_bytes)
+            read, batches = built.read, built.batches
+            if read is None or batches is None:
                 answers[key] = ColdAnswer(log_start=first)
                 continue
-            batches = build_cold_batches(
-                read, budget, batch_max_bytes, first_in_response=not served_any
-            )
         except ColdsetError as error:
             answers[key] = ColdAnswer(error=str(error))
             continue
@@ -82,7 +86,38 @@ def plan_fetch(
         if batches.records:
             store.done_with(read, batches.next_offset)
             store.prefetch(cold, ask.partition, batches.next_offset)
+            if batches.next_offset < boundary:
+                after = replace(ahead, offset=batches.next_offset)
+                store.ahead.schedule(after, partial(build_answer, cold, after, batch_max_bytes))
     return answers
+
+
+def _take_ahead(store: ColdStore, ask: AheadKey) -> Built | None:
+    """The answer built ahead for ``ask``, or for the same ask with the other first-in-response
+    rule when that gives the same bytes: the rule only matters for a first batch larger than
+    the budget (KIP-74 sends it only first in a response)."""
+    built = store.ahead.take(ask)
+    if built is not None:
+        return built
+    other = store.ahead.take(replace(ask, first_in_response=not ask.first_in_response))
+    if other is None or other.batches is None:
+        return other
+    size = len(other.batches.data)
+    same = size <= ask.budget if ask.first_in_response is False else size > 0
+    return other if same else None
+
+
+def build_answer(cold: ColdTable, ask: AheadKey, batch_max_bytes: int) -> Built:
+    """The cold batches answering ``ask`` (read and batches None when no cold row is there).
+    Built ahead, it reads whatever snapshot is current then: one other than ``ask.version``
+    gives an answer never taken, as no later ask carries an older version."""
+    read = cold.read(ask.partition, ask.offset, ask.budget)
+    if read is None:
+        return Built(None, None)
+    batches = build_cold_batches(
+        read, ask.budget, batch_max_bytes, first_in_response=ask.first_in_response
+    )
+    return Built(read, batches)
 
 
 @dataclass(frozen=True, slots=True)

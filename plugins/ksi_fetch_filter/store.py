@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from pyiceberg.exceptions import NoSuchNamespaceError
 
 from bergstream.core.api import BergstreamConfig, ResolvedLake, load_catalog
+from bergstream.plugins.ksi_fetch_filter.ahead import BuiltAhead
 from bergstream.plugins.ksi_fetch_filter.cache import ByteBoundedCache
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdRead, ColdsetError, ColdTable, FileRef
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
@@ -61,6 +62,9 @@ class ColdStore:
         self._catalog_lock = threading.Lock()
         self.executor = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="ksi-cold")
         self.segments: ByteBoundedCache[Segment] = ByteBoundedCache(config.cache_max_bytes)
+        #: Answers a sequential consumer fetches next, encoded while it reads the last ones:
+        #: up to a quarter of the cache's bound in fetch budgets.
+        self.ahead = BuiltAhead(self.executor, config.cache_max_bytes // 4)
         self._footers: ByteBoundedCache[list[SegmentRef]] = ByteBoundedCache(64 * 1024 * 1024)
         self._loading: dict[tuple[str, int, int], Future[list[Segment]]] = {}
         self._slice_index: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
@@ -326,6 +330,7 @@ class ColdStore:
     def close(self) -> None:
         """Stop the reader threads and drop the caches."""
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.ahead.clear()
         self.segments.clear()
         self._footers.clear()
         self._slice_index.clear()
