@@ -139,7 +139,8 @@ class OffsetAnswer:
 
 def plan_offsets(store: ColdStore, asks: list[OffsetAsk]) -> dict[Key, OffsetAnswer]:
     """EARLIEST (-2): the first cold offset (timestamp -1); a timestamp: the first cold record
-    at or after it."""
+    at or after it. A consumer asks this right before it fetches from there: the row groups
+    holding each found offset start loading in the background (read-ahead) now."""
     answers: dict[Key, OffsetAnswer] = {}
     for ask in asks:
         cold = store.table(ask.topic)
@@ -154,4 +155,8 @@ def plan_offsets(store: ColdStore, asks: list[OffsetAsk]) -> dict[Key, OffsetAns
                 answers[key] = OffsetAnswer(cold.offset_for_timestamp(ask.partition, ask.timestamp))
         except Exception as error:
             answers[key] = OffsetAnswer(error=f"{type(error).__name__}: {error}")
+            continue
+        found = answers[key].found
+        if found is not None:
+            store.prefetch(cold, ask.partition, found[0])
     return answers

@@ -195,3 +195,22 @@ def test_rows_out_of_offset_order_are_sorted_before_slicing(tmp_path: Path) -> N
     assert len(slices) > 1
     assert [int(o) for piece in slices for o in piece.offsets] == list(range(500))
     assert slices[3].records(0, 1)[0][1] == make_record(int(slices[3].offsets[0]))
+
+
+def test_list_offsets_loads_the_row_groups_a_consumer_fetches_next(lake: ResolvedLake) -> None:
+    import time
+
+    from bergstream.plugins.ksi_fetch_filter.planner import OffsetAsk, plan_offsets
+
+    rows = [(p, 0, make_record(o)) for p in (0, 1, 2) for o in range(10, 300)]
+    write_cold(lake, "t", rows, {0: 300, 1: 300, 2: 300}, rows_per_file=100)
+    store = _store(lake, read_ahead_segments=1)
+    answers = plan_offsets(store, [OffsetAsk("t", p, -2) for p in (0, 1)])
+    assert {key: a.found for key, a in answers.items()} == {("t", 0): (10, -1), ("t", 1): (10, -1)}
+    deadline = time.monotonic() + 10
+    while len(store.segments) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # The first row group of partitions 0 and 1 (not 2: nobody asked) is decoded already.
+    loaded = {partition for _, _, partition in store._slice_index}
+    assert loaded == {0, 1}, loaded
+    store.close()
