@@ -25,9 +25,10 @@ about ten times slower than local files, so this second baseline shows what is I
 
 Goals (issue 5): ISK warm within 1.2x of the physical table, cold within 3x; synthesis at least
 200 MB/s per core. Goals (issue 17), against the same files on the S3 server: cold within 1.5x,
-warm within 1.0x; ISK's CPU seconds per GB synthesized in a cold query are printed beside them. The machine is shared: compare ratios, not absolute times. ``--parquet-
-compression`` sets ISK's codec; ``--profile-cold DIR`` samples ISK with py-spy during the first
-cold query of each engine.
+warm within 1.0x; ISK's CPU seconds per GB synthesized in a cold query are printed beside
+them. The machine is shared: compare ratios, not absolute times. ``--parquet-compression`` sets
+ISK's codec; ``--profile-cold DIR`` samples ISK with py-spy during the first cold query of each
+engine.
 
     .venv/bin/python bench/isk_query.py [--records 1000000] [--quick]
 """

@@ -8,6 +8,7 @@ import signal
 import sys
 from collections.abc import Callable
 
+from bergstream.core.arrow_memory import use_system_allocator
 from bergstream.core.backends import ServiceContext
 from bergstream.core.choices import choice_settings
 from bergstream.core.config import BergstreamConfig
@@ -79,7 +80,9 @@ def ready_line(services: list[Service]) -> str:
 
 
 def run_until_signalled(config: BergstreamConfig, registry: PluginRegistry) -> None:
-    """Run the config's services until SIGTERM or SIGINT, then stop them cleanly."""
+    """Run the config's services until SIGTERM or SIGINT, then stop them cleanly (Arrow on the
+    system allocator unless ``ARROW_DEFAULT_MEMORY_POOL`` says otherwise)."""
+    log.debug("Arrow allocator: %s", use_system_allocator())
 
     async def main() -> None:
         stop = asyncio.Event()
