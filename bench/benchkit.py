@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import io
 import re
+import shutil
+import signal
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from bergstream.devstack.stack import kafka_tool_command
 
@@ -67,6 +72,26 @@ def perf_produce(bootstrap: str, topic: str, records: int, size: int, *props: st
     if found is None:
         raise RuntimeError(f"producer-perf-test printed no MB/sec:\n{out}")
     return float(found.group(1))
+
+
+def stop_process(process: subprocess.Popen[Any] | None) -> None:
+    """End a server the bench started (``bergstream run``): SIGTERM, then SIGKILL after 30 s."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def remove_workdir(workdir: Path, keep: bool) -> None:
+    """Delete the bench's work directory, or say where it is kept (``--keep``)."""
+    if keep:
+        print(f"kept {workdir}", file=sys.stderr)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def timed(function: Callable[[], object]) -> tuple[float, float]:

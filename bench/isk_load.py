@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -551,7 +549,7 @@ def main() -> None:
         args.records, args.chunk_records, args.seconds, args.single_seconds = 20_000, 5000, 20, 10
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from benchkit import create_topic, perf_produce
+    from benchkit import create_topic, perf_produce, remove_workdir, stop_process
 
     from bergstream.devstack.stack import stack_down, stack_up
     from bergstream.devstack.stack.ports import free_ports
@@ -609,17 +607,9 @@ def main() -> None:
         if single["errors"] or many["errors"] or acks.failures:
             raise SystemExit("errors during the load (see error_examples)")
     finally:
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_process(process)
         stack_down(home=home)
-        if args.keep:
-            print(f"kept {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        remove_workdir(workdir, args.keep)
 
 
 if __name__ == "__main__":

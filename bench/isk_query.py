@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from benchkit import create_topic, perf_produce, synthesis_vs_write_table
+from benchkit import create_topic, perf_produce, remove_workdir, synthesis_vs_write_table
 
 from bergstream.core.lake import LakeConfig, load_catalog, resolve_lake
 from bergstream.devstack.quickstart.clients import (
@@ -691,10 +691,7 @@ def main() -> None:
             except RuntimeError as error:
                 print(error, file=sys.stderr)
         stack_down(home=home)
-        if args.keep:
-            print(f"kept {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        remove_workdir(workdir, args.keep)
 
 
 if __name__ == "__main__":

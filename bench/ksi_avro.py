@@ -39,7 +39,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -53,6 +52,7 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
+from benchkit import stop_process
 from format_records import FORMATS, plain_json_payloads, register_schema
 
 from bergstream.core.api import (
@@ -424,14 +424,7 @@ class Proxy:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def __exit__(self, *exc: object) -> None:
-        process = self.process
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(self.process)
 
 
 def main() -> None:

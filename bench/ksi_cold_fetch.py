@@ -21,13 +21,14 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+from benchkit import stop_process
 
 from bergstream.devstack.stack import kafka_tool_command, stack_down, stack_up
 from bergstream.devstack.stack.ports import free_port_block
@@ -201,13 +202,7 @@ def main() -> None:
         }
         print(json.dumps(result, indent=2))
     finally:
-        if proxy is not None and proxy.poll() is None:
-            proxy.send_signal(signal.SIGTERM)
-            try:
-                proxy.wait(30)
-            except subprocess.TimeoutExpired:
-                proxy.kill()
-                proxy.wait()
+        stop_process(proxy)
         stack_down(home=home)
         shutil.rmtree(home, ignore_errors=True)
 

@@ -198,10 +198,15 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3, help="best of this many runs each")
     parser.add_argument("--driver-memory", default="2g")
-    parser.add_argument("--batch", choices=["first", "later"], default="first",
-                        help="time a table's first batch, or a later one (see the docstring)")
-    parser.add_argument("--seed", type=int, default=6000,
-                        help="records of the untimed first batch (--batch later)")
+    parser.add_argument(
+        "--batch",
+        choices=["first", "later"],
+        default="first",
+        help="time a table's first batch, or a later one (see the docstring)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=6000, help="records of the untimed first batch (--batch later)"
+    )
     args = parser.parse_args()
     typed = args.format.replace("-", "_")  # names the typed runs (and their table namespaces)
 

@@ -3,6 +3,7 @@ copied with ``mvn dependency:copy`` into a work directory, tarballs unpacked saf
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
@@ -10,7 +11,13 @@ from pathlib import Path
 from .paths import StackError
 from .procs import find_executable
 
-__all__ = ["INSTALL_MAVEN", "copy_artifact", "unpack_tarball"]
+__all__ = [
+    "INSTALL_MAVEN",
+    "copy_and_unpack",
+    "copy_artifact",
+    "install_directory",
+    "unpack_tarball",
+]
 
 #: How to get ``mvn`` when it is missing.
 INSTALL_MAVEN = "install Maven (Debian/Ubuntu: `apt-get install -y maven`)"
@@ -52,3 +59,25 @@ def unpack_tarball(tarball: Path, destination: Path, artifact: str) -> None:
             archive.extractall(destination, filter="data")
     except (tarfile.TarError, OSError) as exc:
         raise StackError(f"could not unpack {artifact} ({exc})") from exc
+
+
+def copy_and_unpack(artifact: str, tarball_name: str, work: Path) -> Path:
+    """Copy ``artifact``, a tarball named ``tarball_name``, from Maven Central into ``work`` and
+    unpack it there; the directory it unpacked into (the tarball itself removed)."""
+    copy_artifact(artifact, work)
+    tarball = work / tarball_name
+    if not tarball.is_file():
+        raise StackError(f"Maven copied no {tarball_name} for {artifact}")
+    unpacked = work / "unpacked"
+    unpack_tarball(tarball, unpacked, artifact)
+    tarball.unlink()
+    return unpacked
+
+
+def install_directory(source: Path, root: Path, sentinel: str, artifact: str) -> None:
+    """Move ``source`` to ``root`` (replacing what is there), then write ``root/sentinel``
+    naming ``artifact``: written last, so an install cut short never looks complete."""
+    if root.exists():
+        shutil.rmtree(root)
+    source.rename(root)
+    (root / sentinel).write_text(artifact + "\n")

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .maven import copy_artifact, unpack_tarball
+from .maven import copy_and_unpack, install_directory
 from .paths import StackError, StackPaths
 
 __all__ = [
@@ -72,19 +72,10 @@ def ensure_registry(paths: StackPaths | None = None) -> Path:
 def _download(paths: StackPaths, root: Path) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"apicurio-registry-{APICURIO_VERSION}.", dir=paths.cache))
     try:
-        copy_artifact(_ARTIFACT, work)
-        tarball = work / _TARBALL
-        if not tarball.is_file():
-            raise StackError(f"Maven copied no {_TARBALL} for {_ARTIFACT}")
-        unpacked = work / "unpacked"
-        unpack_tarball(tarball, unpacked, _ARTIFACT)
+        unpacked = copy_and_unpack(_ARTIFACT, _TARBALL, work)
         if not (unpacked / _RUNNER).is_file():
             raise StackError(f"{_ARTIFACT} has no {_RUNNER} at its top level")
-        if root.exists():
-            shutil.rmtree(root)
-        unpacked.rename(root)
-        # Written last: a download or unpack cut short never looks complete.
-        (root / _SENTINEL).write_text(_ARTIFACT + "\n")
+        install_directory(unpacked, root, _SENTINEL, _ARTIFACT)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .env import S3_REGION
-from .maven import copy_artifact, unpack_tarball
+from .maven import copy_and_unpack, copy_artifact, install_directory
 from .paths import StackError, StackPaths
 from .ports import free_port
 from .procs import pid_alive, spawn_detached, terminate
@@ -153,26 +153,16 @@ def ensure_trino_cli(paths: StackPaths | None = None) -> Path:
 def _download_server(paths: StackPaths, root: Path) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"trino-server-{TRINO_VERSION}.", dir=paths.cache))
     try:
-        copy_artifact(_SERVER_ARTIFACT, work)
-        tarball = work / _TARBALL
-        if not tarball.is_file():
-            raise StackError(f"Maven copied no {_TARBALL} for {_SERVER_ARTIFACT}")
-        unpacked = work / "unpacked"
         # Plugins share jars as hard links, so everything is unpacked before the unused
         # plugin directories are removed (the kept links stay valid).
-        unpack_tarball(tarball, unpacked, _SERVER_ARTIFACT)
-        tarball.unlink()
+        unpacked = copy_and_unpack(_SERVER_ARTIFACT, _TARBALL, work)
         top = unpacked / f"trino-server-{TRINO_VERSION}"
         if not (top / "bin" / "launcher").is_file():
             raise StackError(f"{_SERVER_ARTIFACT} has no trino-server-{TRINO_VERSION}/bin/launcher")
         for plugin in (top / "plugin").iterdir():
             if plugin.name not in _KEEP_PLUGINS:
                 shutil.rmtree(plugin)
-        if root.exists():
-            shutil.rmtree(root)
-        top.rename(root)
-        # Written last: a download or unpack cut short never looks complete.
-        (root / _SENTINEL).write_text(_SERVER_ARTIFACT + "\n")
+        install_directory(top, root, _SENTINEL, _SERVER_ARTIFACT)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

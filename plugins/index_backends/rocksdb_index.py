@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,21 @@ def _encode(entry: ChunkEntry) -> bytes:
         raise IndexEntryError(f"chunk {entry.topic}/{entry.partition}: a value exceeds 2**64")
     packed = _VALUE.pack(entry.end_offset, entry.row_count, entry.size_bytes)
     return packed + encode_bounds(entry.bounds).encode()
+
+
+def _scan(snapshot: Any, seek: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) of the entries of ``snapshot`` from ``seek`` up to (not including)
+    ``upper``, in key order; the iterator is released before the snapshot is."""
+    options = ReadOptions()
+    options.set_iterate_upper_bound(upper)
+    iterator = snapshot.iter(options)
+    try:
+        iterator.seek(seek)
+        while iterator.valid():
+            yield iterator.key(), iterator.value()
+            iterator.next()
+    finally:
+        del iterator
 
 
 def _decode(topic: str, partition: int, key: bytes, value: bytes) -> ChunkEntry:
@@ -209,23 +224,15 @@ class RocksIndex:
                     return []
                 (span,) = _U64.unpack(stored_span)
                 lower = max(0, start_offset - span + 1) if span else start_offset + 1
-                options = ReadOptions()
                 if end_offset is None:
-                    options.set_iterate_upper_bound(prefix + b"\xff" * 9)
+                    upper = prefix + b"\xff" * 9
                 else:
-                    options.set_iterate_upper_bound(prefix + _U64.pack(min(end_offset, 2**64 - 1)))
-                iterator = snapshot.iter(options)
-                try:
-                    found = []
-                    iterator.seek(prefix + _U64.pack(lower))
-                    while iterator.valid():
-                        entry = _decode(topic, partition, iterator.key(), iterator.value())
-                        if entry.end_offset > start_offset:
-                            found.append(entry)
-                        iterator.next()
-                    return found
-                finally:
-                    del iterator
+                    upper = prefix + _U64.pack(min(end_offset, 2**64 - 1))
+                entries = (
+                    _decode(topic, partition, key, value)
+                    for key, value in _scan(snapshot, prefix + _U64.pack(lower), upper)
+                )
+                return [entry for entry in entries if entry.end_offset > start_offset]
             finally:
                 del snapshot
         finally:
@@ -261,27 +268,19 @@ class RocksIndex:
         try:
             snapshot = self._db.snapshot()
             try:
-                options = ReadOptions()
-                options.set_iterate_upper_bound(prefix + b"\xff" * (2 * _U64.size + 1))
-                iterator = snapshot.iter(options)
-                try:
-                    found = []
-                    iterator.seek(prefix)
-                    while iterator.valid():
-                        key, value = iterator.key(), iterator.value()
-                        sequence, snapshot_id = struct.unpack_from(">QQ", key, len(prefix))
-                        found.append(
-                            SnapshotRecord(
-                                snapshot_id=snapshot_id,
-                                sequence_number=sequence,
-                                timestamp_ms=_U64.unpack_from(value)[0],
-                                state=value[_U64.size :].decode(),
-                            )
+                upper = prefix + b"\xff" * (2 * _U64.size + 1)
+                found = []
+                for key, value in _scan(snapshot, prefix, upper):
+                    sequence, snapshot_id = struct.unpack_from(">QQ", key, len(prefix))
+                    found.append(
+                        SnapshotRecord(
+                            snapshot_id=snapshot_id,
+                            sequence_number=sequence,
+                            timestamp_ms=_U64.unpack_from(value)[0],
+                            state=value[_U64.size :].decode(),
                         )
-                        iterator.next()
-                    return found
-                finally:
-                    del iterator
+                    )
+                return found
             finally:
                 del snapshot
         finally:

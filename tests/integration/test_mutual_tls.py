@@ -6,7 +6,6 @@ with the certificate of the user without rights is refused by the brokers."""
 
 from __future__ import annotations
 
-import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,12 @@ from bergstream.devstack.stack.env import StackEnv
 from bergstream.devstack.stack.ports import free_port_block
 from tests.isk_secure.test_isk_secure import start_gateway, stop
 from tests.ksi.stack_kit import run_pipeline_once
-from tests.support import consume_values, start_bergstream_run, write_proxy_config
+from tests.support import (
+    consume_values,
+    secure_lake_yaml,
+    start_bergstream_run,
+    write_proxy_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -89,23 +93,7 @@ def test_the_pipeline_copies_over_mutual_tls(
 ) -> None:
     env = mtls_stack.as_dict()
     lake = tmp_path / "lake.yaml"
-    lake.write_text(
-        textwrap.dedent(
-            f"""
-            lake:
-              kafka_bootstrap: ${{BERGSTREAM_KAFKA_BOOTSTRAP}}
-              kafka_client:
-                properties_file: ${{BERGSTREAM_KAFKA_CONFIG:-}}
-              catalog:
-                type: sql
-                uri: "sqlite:///{tmp_path}/lake/catalog.db"
-                warehouse: "{tmp_path}/lake/warehouse"
-              pipeline:
-                checkpoint_dir: "{tmp_path}/lake/checkpoints"
-                spark_conf: {{spark.driver.memory: 1g, spark.sql.shuffle.partitions: "2"}}
-            """
-        )
-    )
+    lake.write_text(secure_lake_yaml(tmp_path))
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
