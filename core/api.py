@@ -383,6 +383,7 @@ __all__ = [
     "choice_settings",
     "chunk",
     "component_log",
+    "copy_bytes",  # noqa: F822 - imported on first use (module __getattr__)
     "crc32c",
     "field_entity_type",
     "field_names",
@@ -427,3 +428,13 @@ __all__ = [
     "wire_round_trip",
     "with_header",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``copy_bytes`` (:mod:`bergstream.core.byte_copy`), imported on first use: it imports
+    numba, which importing core must not."""
+    if name == "copy_bytes":
+        from bergstream.core.byte_copy import copy_bytes
+
+        return copy_bytes
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from bergstream.core.byte_copy import copy_bytes
+
 __all__ = ["add_headers", "frame_ids", "strip_headers"]
 
 
@@ -55,7 +57,7 @@ def strip_headers(
         start = offsets[row] + header
         end = offsets[row + 1]
         length = end - start
-        out[position : position + length] = data[start:end]
+        copy_bytes(out, position, data, start, length)
         position += length
         out_offsets[index + 1] = position
 
@@ -76,6 +78,6 @@ def add_headers(
         out[position : position + header] = header_bytes
         position += header
         length = offsets[row + 1] - offsets[row]
-        out[position : position + length] = data[offsets[row] : offsets[row + 1]]
+        copy_bytes(out, position, data, offsets[row], length)
         position += length
         out_offsets[row + 1] = position

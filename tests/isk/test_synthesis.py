@@ -224,6 +224,23 @@ def test_parquet_keeps_field_ids_and_reads_back_equal() -> None:
     assert arrow.cast(ROW_ARROW_SCHEMA).equals(table)
 
 
+def test_hotset_layout_cuts_row_groups_by_row_count_alike_for_a_slice_and_a_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bergstream.plugins.isk_gateway.files import hotset_layout
+
+    monkeypatch.setattr(hotset_layout, "ROW_GROUP_ROWS", 4)
+    blob = b"".join(plain_batch(base, 5) for base in range(0, 30, 5))
+    wide = records_to_table(blob, 1)
+    sliced = wide.slice(0, 10)  # what the indexer writes: a cut of a wider fetch
+    fresh = records_to_table(blob, 1, 0, 10)  # what a rebuild from the key decodes
+    written = hotset_layout.parquet_layout(sliced)
+    assert bytes(written) == bytes(hotset_layout.parquet_layout(fresh))
+    metadata = pq.ParquetFile(io.BytesIO(written)).metadata
+    assert [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)] == [4, 4, 2]
+    assert pq.read_table(io.BytesIO(written)).cast(ROW_ARROW_SCHEMA).equals(fresh)
+
+
 def test_data_file_stats_bounds_partition_and_size() -> None:
     day = 20_000
     records = [Record(100 + i, day * _DAY_MS + i * 1000, b"k", b"v") for i in range(10)]

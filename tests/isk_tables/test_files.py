@@ -74,3 +74,36 @@ async def test_write_behind_waits_for_a_pause_in_builds(tmp_path: Path, monkeypa
     assert cache.get("f0") is None  # nothing written while files keep coming
     await asyncio.sleep(1.0)
     assert all(cache.get(f"f{i}") == b"data" for i in range(4))  # written after the pause
+
+
+async def test_write_behind_waits_while_files_are_read_or_built(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(store_module, "_QUIET_SECONDS", 0.3)
+    cache = LocalDiskCache(tmp_path, 1 << 20)
+    store = FileStore(cache)
+    await store.keep("built", b"data", write_behind=True)
+    for _ in range(6):  # a scan reads the file every 0.1 s for 0.6 s
+        await asyncio.sleep(0.1)
+        assert store.held("built") == b"data"
+    assert cache.get("built") is None  # not written while it is read
+    with store.building():  # a build of another file for a reader
+        await asyncio.sleep(0.6)
+        assert cache.get("built") is None  # not written while a build runs
+    await asyncio.sleep(0.8)
+    assert cache.get("built") == b"data"  # written once reads and builds paused
+
+
+async def test_write_behind_writes_after_the_longest_delay_however_busy(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(store_module, "_QUIET_SECONDS", 0.3)
+    monkeypatch.setattr(store_module, "_MAX_DELAY_SECONDS", 0.5)
+    cache = LocalDiskCache(tmp_path, 1 << 20)
+    store = FileStore(cache)
+    await store.keep("built", b"data", write_behind=True)
+    with store.building():  # never quiet
+        for _ in range(15):
+            await asyncio.sleep(0.1)
+            store.held("built")
+        assert cache.get("built") == b"data"  # written 0.5 s after it was kept

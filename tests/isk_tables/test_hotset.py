@@ -385,6 +385,87 @@ async def test_sequential_cold_reads_build_the_next_file_ahead(
     assert not fresh.store.holds(keys[1]) and not fresh.store.holds(keys[2])
 
 
+async def cold_provider(
+    tmp_path: Path, log: FakeLog, name: str
+) -> tuple[HotsetProvider, list[str]]:
+    """A provider that listed ``orders`` (chunks of 10) but holds none of its files, and the
+    files in scan order (partition, then offset)."""
+    fresh = make_provider(tmp_path, log, chunk_records=10, name=name)
+    await fresh.load_table("hotset", "orders")
+    keys = sorted(
+        (k for k, _ in await fresh.list_keys("c1/hotset/orders/data/", 100)),
+        key=lambda k: (parse_key(k).partition, parse_key(k).start),
+    )
+    for key in keys:
+        fresh.store._memory.pop(key, None)
+        fresh.cache.delete(fresh.store.cache_key(key))
+    return fresh, keys
+
+
+async def settled(provider: HotsetProvider) -> None:
+    """Wait until no read-ahead build runs."""
+    for _ in range(200):
+        if not provider.files._read_ahead_tasks:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("read-ahead builds did not end")
+
+
+async def test_a_scan_on_two_threads_reads_ahead_into_the_next_partition(
+    tmp_path: Path, log: FakeLog
+) -> None:
+    """An engine scanning on two threads asks for two files at once, then the next ones: the
+    two files after the pair are built ahead, across the partition boundary."""
+    log.produce("orders", 0, 20, lambda i: T0 + i)
+    log.produce("orders", 1, 30, lambda i: T0 + i)
+    built = make_provider(tmp_path, log, chunk_records=10, name="a")
+    await built.load_table("hotset", "orders")
+    fresh, keys = await cold_provider(tmp_path, log, "b")
+    assert [(parse_key(k).partition, parse_key(k).start) for k in keys] == [
+        (0, 0), (0, 10), (1, 0), (1, 10), (1, 20)
+    ]  # fmt: skip
+    await asyncio.gather(fresh.read_file(keys[0]), fresh.read_file(keys[1]))
+    await settled(fresh)
+    assert fresh.store.holds(keys[2]) and fresh.store.holds(keys[3])  # partition 1, ahead
+    assert not fresh.store.holds(keys[4])  # two files ahead, not more
+    before = log.fetches
+    assert await fresh.read_file(keys[2]) == await built.read_file(keys[2])
+    assert log.fetches == before  # served as built ahead
+    await settled(fresh)
+    assert fresh.store.holds(keys[4])  # using a file built ahead keeps two ahead
+    assert await fresh.read_file(keys[4]) == await built.read_file(keys[4])
+
+
+async def test_a_read_ahead_waits_for_a_free_core(tmp_path: Path, log: FakeLog) -> None:
+    """With as many client builds in flight as cores, a read-ahead build waits for one to end:
+    a guess never takes a core from a file a client waits for."""
+    log.produce("orders", 0, 40, lambda i: T0 + i)
+    built = make_provider(tmp_path, log, chunk_records=10, name="a")
+    await built.load_table("hotset", "orders")
+    fresh, keys = await cold_provider(tmp_path, log, "b")
+    fresh.files._cores = 1
+    await fresh.read_file(keys[0])
+    release = asyncio.Event()
+    synthesize = fresh.files._synthesize
+    started: list[str] = []
+
+    async def held(key: str) -> bytes:
+        started.append(key)
+        if key == keys[1]:
+            await release.wait()  # the client's build of keys[1] takes its time
+        return await synthesize(key)
+
+    fresh.files._synthesize = held  # type: ignore[method-assign]
+    reading = asyncio.create_task(fresh.read_file(keys[1]))  # sequential: reads ahead
+    await asyncio.sleep(0.2)
+    assert started == [keys[1]]  # the read-ahead of keys[2] waits: the one core is taken
+    release.set()
+    assert await reading == await built.read_file(keys[1])
+    await settled(fresh)
+    assert started == [keys[1], keys[2], keys[3]]
+    assert fresh.store.holds(keys[2]) and fresh.store.holds(keys[3])
+
+
 async def test_gateways_of_other_codecs_share_a_cache_and_index_without_mixing(
     tmp_path: Path, log: FakeLog
 ) -> None:

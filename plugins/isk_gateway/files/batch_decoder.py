@@ -35,7 +35,7 @@ from bergstream.plugins.isk_gateway.files.batch_kernels import (
     decode_records,
     scan_batches,
 )
-from bergstream.plugins.isk_gateway.kafka.buffers import pooled_array
+from bergstream.plugins.isk_gateway.kafka.buffers import BufferLease, pooled_array
 
 __all__ = [
     "AbortedTransaction",
@@ -221,6 +221,7 @@ def _decode(
     start_offset: int,
     end_offset: int,
     partition: int = 0,
+    lease: BufferLease | None = None,
 ) -> pa.Table:
     totals = np.zeros(6, dtype=np.int64)
     empty8, empty64, empty32 = (np.empty(0, dtype) for dtype in (np.uint8, np.int64, np.int32))
@@ -236,7 +237,8 @@ def _decode(
     timestamps = pooled_array(rows, np.int64)
     timestamp_types = pooled_array(rows, np.int32)
     key_offsets, value_offsets = pooled_array(rows + 1, np.int64), pooled_array(rows + 1, np.int64)
-    key_data, value_data = pooled_array(key_bytes, np.uint8), pooled_array(value_bytes, np.uint8)
+    take = pooled_array if lease is None else lease.take
+    key_data, value_data = take(key_bytes), take(value_bytes)
     key_valid, value_valid = pooled_array(rows, np.uint8), pooled_array(rows, np.uint8)
     header_list_offsets = pooled_array(rows + 1, np.int64)
     header_key_offsets = pooled_array(headers + 1, np.int64)
@@ -290,6 +292,7 @@ def decode_batches(
     start_offset: int = 0,
     end_offset: int | None = None,
     aborted_transactions: Iterable[AbortedTransaction] | None = None,
+    lease: BufferLease | None = None,
 ) -> pa.Table:
     """Decode a partition's record batches into an Arrow table in ``ROW_ARROW_SCHEMA``.
 
@@ -299,13 +302,16 @@ def decode_batches(
     read_committed consumer drops them. Control batches never yield rows. A trailing partial
     batch is ignored. Raises :class:`SynthesisError` on a batch that is not magic v2, whose CRC
     does not match, that does not decompress or whose records are malformed.
+
+    With a ``lease``, the key and value bytes are written into buffers taken from it (reused
+    between chunks): the caller releases it once nothing refers to the table.
     """
     buf = _as_array(records)
     end = _NO_END if end_offset is None else end_offset
     batches = _scan(buf)
     kept = _kept_batches(buf, batches, start_offset, end, aborted_transactions)
     segments, decompressed = _segments(buf, kept)
-    return _decode(buf, decompressed, segments, start_offset, end, partition)
+    return _decode(buf, decompressed, segments, start_offset, end, partition, lease)
 
 
 def warm_up() -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from bergstream.core.api import record_batch
+from bergstream.core.api import copy_bytes, record_batch
 
 # Module-level ints: numba freezes them into the compiled code. Its on-disk cache is keyed on
 # this file only, which is fine as Kafka never changes the v2 layout.
@@ -189,7 +189,7 @@ def _append(
     at ``start`` (-1: null), written only with ``fill``. Returns the column's byte count."""
     if length > 0:
         if fill:
-            data[filled : filled + length] = buf[start : start + length]
+            copy_bytes(data, filled, buf, start, length)
         filled += length
     if fill:
         valid[index] = 1 if length >= 0 else 0

@@ -35,6 +35,7 @@ from bergstream.plugins.isk_gateway.files.synthesis import (
     SynthesisError,
     records_to_table,
 )
+from bergstream.plugins.isk_gateway.kafka.buffers import DECODED_COLUMNS
 from bergstream.plugins.isk_gateway.kafka.reader import (
     FetchedRange,
     KafkaReader,
@@ -137,17 +138,27 @@ class HotsetDataSynthesizer:
             await self.source.close()
 
     def _build(self, key: DataKey, fetched: FetchedRange, typed: RowDecoder | None) -> memoryview:
+        # Plain rows go straight into the Parquet file, so their columns are garbage once it
+        # is written and reuse pooled buffers; a typed layout's decoder may keep parts of them.
+        lease = DECODED_COLUMNS.lease() if typed is None else None
         try:
-            table = records_to_table(
-                fetched.records, key.partition, key.start, key.end, fetched.aborted
+            try:
+                table = records_to_table(
+                    fetched.records, key.partition, key.start, key.end, fetched.aborted, lease
+                )
+            except SynthesisError as error:
+                raise NoSuchFile(f"no such key {key.key!r} ({error})") from None
+            if key.bucket is None or not table.num_rows:
+                raise NoSuchFile(f"no such key {key.key!r} (no rows in that range)")
+            if pc.any(pc.not_equal(time_buckets(table, key.unit), key.bucket)).as_py():
+                raise NoSuchFile(f"no such key {key.key!r} (rows of other {key.unit}s in it)")
+            return parquet_layout(
+                typed.decode(table) if typed is not None else table, self.compression
             )
-        except SynthesisError as error:
-            raise NoSuchFile(f"no such key {key.key!r} ({error})") from None
-        if key.bucket is None or not table.num_rows:
-            raise NoSuchFile(f"no such key {key.key!r} (no rows in that range)")
-        if pc.any(pc.not_equal(time_buckets(table, key.unit), key.bucket)).as_py():
-            raise NoSuchFile(f"no such key {key.key!r} (rows of other {key.unit}s in it)")
-        return parquet_layout(typed.decode(table) if typed is not None else table, self.compression)
+        finally:
+            if lease is not None:
+                lease.release()
+            fetched.release()  # decoded rows are copies: the received batches are garbage
 
 
 def create_hotset_data_synthesizer(

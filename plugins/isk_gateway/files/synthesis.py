@@ -31,6 +31,7 @@ from bergstream.plugins.isk_gateway.files.batch_decoder import (
     SynthesisError,
     decode_batches,
 )
+from bergstream.plugins.isk_gateway.kafka.buffers import large_buffer
 
 __all__ = [
     "PARQUET_COMPRESSIONS",
@@ -93,7 +94,7 @@ def parquet_bytes(
         "write_statistics": True if all_statistics else _STATISTICS_COLUMNS,
     }
     bound = table.nbytes + table.nbytes // 4 + (1 << 20)
-    target = pa.allocate_buffer(bound)
+    target = large_buffer(bound)
     sink = pa.FixedSizeBufferWriter(target)
     try:
         pq.write_table(table, sink, **options)

@@ -39,7 +39,7 @@ from bergstream.core.api import (
     open_kafka_connection,
 )
 from bergstream.plugins.isk_gateway.files.batch_decoder import batch_bounds
-from bergstream.plugins.isk_gateway.kafka.buffers import pooled_array
+from bergstream.plugins.isk_gateway.kafka.buffers import RECEIVED_RECORDS, BufferLease
 from bergstream.plugins.isk_gateway.kafka.raw_fetch import (
     FetchAuthenticationError,
     FetchConnections,
@@ -126,15 +126,23 @@ class PartitionOffsets:
 @dataclass(frozen=True)
 class FetchedRange:
     """Record batches covering ``[start, end)`` (possibly more on both sides) and the aborted
-    transactions ``(producer_id, first_offset)`` listed with them."""
+    transactions ``(producer_id, first_offset)`` listed with them; ``lease`` holds the buffers
+    the records were received into, if they came from a pool."""
 
     records: bytes | memoryview
     aborted: tuple[tuple[int, int], ...]
+    lease: BufferLease | None = None
+
+    def release(self) -> None:
+        """Give the buffers behind ``records`` back to their pool: call it only once nothing
+        refers to ``records`` (or anything decoded from them without a copy)."""
+        if self.lease is not None:
+            self.lease.release()
 
 
-def _grown(buffer: np.ndarray, filled: int, size: int) -> np.ndarray:
+def _grown(buffer: np.ndarray, filled: int, size: int, lease: BufferLease) -> np.ndarray:
     """A buffer of ``size`` bytes starting with ``buffer[:filled]``."""
-    grown = pooled_array(size)
+    grown = lease.take(size)
     grown[:filled] = buffer[:filled]
     return grown
 
@@ -389,14 +397,15 @@ class KafkaReader:
         # Responses are received straight into one buffer, one after the other; it grows
         # (one copy) only when a response would not fit.
         # Pages of the buffer that are never filled cost nothing.
-        buffer = pooled_array(self._expected_bytes(topic, partition, end - start))
+        lease = RECEIVED_RECORDS.lease()
+        buffer = lease.take(self._expected_bytes(topic, partition, end - start))
         filled = 0
         aborted: set[tuple[int, int]] = set()
         offset = start
         while offset < end:
             wanted = self._wanted_bytes(topic, partition, end - offset)
             if buffer.size - filled < wanted:
-                buffer = _grown(buffer, filled, filled + wanted)
+                buffer = _grown(buffer, filled, filled + wanted, lease)
             KAFKA_FETCHES.labels("request").inc()
             response = await self._with_retries(
                 f"Fetch {topic}/{partition}@{offset}",
@@ -413,7 +422,7 @@ class KafkaReader:
             kept = max(int(np.searchsorted(base_offsets, end)), 1)
             size = int(ends[kept - 1])
             if buffer.size - filled < len(records):  # did not fit: received elsewhere
-                buffer = _grown(buffer, filled, filled + size)
+                buffer = _grown(buffer, filled, filled + size, lease)
                 buffer[filled : filled + size] = np.frombuffer(records[:size], dtype=np.uint8)
             filled += size
             next_offset = int(next_offsets[kept - 1])
@@ -423,7 +432,7 @@ class KafkaReader:
             offset = next_offset
         _count_range((self._bootstrap, topic, partition, start, end))
         records = memoryview(buffer[:filled]).cast("B")
-        return FetchedRange(records, tuple(sorted(aborted)))
+        return FetchedRange(records, tuple(sorted(aborted)), lease)
 
 
 def _count_range(read: tuple[str, str, int, int, int]) -> None:

@@ -210,7 +210,7 @@ class HotsetProvider:
                 hot_key = chunk_key(self.cluster, chunk, self.unit, layout=layout)
                 key = dataclasses.replace(hot_key, namespace=namespace)
                 listing[key.key] = chunk.size_bytes
-                if previous is not None and previous.partition == hot_key.partition:
+                if previous is not None:
                     successors[previous.key] = hot_key.key
                 previous = hot_key
         self.files.set_successors(table, successors)

@@ -6,15 +6,19 @@ does not have, one build by the first file synthesizer that handles the key (by 
 ``hotset-parquet``, from Kafka). Metadata keys are never built here: they are kept from the load
 that built them, and a missing one is ``NoSuchFile``.
 
-Read-ahead: a cold read right after the cold read of the file before it in its partition is a
-sequential scan, so the file after it is built in the background (one at a time), and each use
-of a file built ahead starts the next.
+Read-ahead: a cold read soon after the cold read of the file before it in scan order (the
+table's files by partition, then offset) is a sequential scan, so the two files after it are
+built in the background, and each use of a file built ahead keeps two ahead. A read-ahead build
+starts only while fewer builds run than the machine has cores: the files clients wait for come
+first, and the cores they leave free build the files they will ask for next.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+from collections import deque
 from collections.abc import Mapping, Sequence
 
 from bergstream.core.api import ISK_SYNTHESIZED_BYTES, FileSynthesizer
@@ -25,6 +29,13 @@ from bergstream.plugins.isk_gateway.tables.store import FileStore
 __all__ = ["HotsetFiles"]
 
 log = logging.getLogger("bergstream.isk.index")
+
+#: Files built ahead of a sequential scan: enough that an engine scanning one file while the
+#: next is built does not wait for a build (2: a build takes about twice a scan of the file).
+_READ_AHEAD_FILES = 2
+#: Cold reads remembered per topic to tell a sequential scan (an engine reading files on
+#: several threads asks for a file's successor before the file itself is done).
+_RECENT_COLD_READS = 4
 
 
 class HotsetFiles:
@@ -38,12 +49,16 @@ class HotsetFiles:
         self.cluster = cluster
         self.synthesizers: list[FileSynthesizer] = list(synthesizers)
         self._building: dict[str, asyncio.Future[bytes]] = {}
-        # Read-ahead of sequential cold scans: the next data file of a partition, per topic.
+        # Read-ahead of sequential cold scans: the next data file in scan order, per topic.
         self._successors: dict[str, dict[str, str]] = {}
-        self._last_cold: dict[tuple[str, int], str] = {}
+        self._recent_cold: dict[str, deque[str]] = {}
         self._read_ahead: set[str] = set()
         self._read_ahead_tasks: set[asyncio.Task[None]] = set()
-        self._read_ahead_slots = asyncio.Semaphore(1)
+        # Builds in flight (a client's and ahead): a read-ahead starts only below ``_cores``,
+        # so a client's builds never share a core with a guess, and read-aheads use the rest.
+        self._builds_in_flight = 0
+        self._build_ended = asyncio.Condition()
+        self._cores = os.cpu_count() or 1
 
     def set_successors(self, topic: str, successors: Mapping[str, str]) -> None:
         """The data file after each data file of ``topic``'s partitions, by key, as the current
@@ -112,8 +127,15 @@ class HotsetFiles:
                 raise NoSuchFile(f"no such key {key!r} (not built by this gateway, or expired)")
             else:
                 if not ahead:
+                    self._read_ahead.discard(key)  # built ahead but dropped before its use
                     self._note_cold_read(parsed)
-                data = await self._synthesize(key)
+                    self._builds_in_flight += 1  # a read-ahead counted itself at its start
+                try:
+                    with self.store.building():
+                        data = await self._synthesize(key)
+                finally:
+                    if not ahead:
+                        await self._build_over()
                 ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
                 await self.store.keep(key, data, write_behind=True)
             future.set_result(data)
@@ -132,33 +154,53 @@ class HotsetFiles:
         return self._successors.get(key.topic, {}).get(key.key)
 
     def _note_cold_read(self, key: DataKey) -> None:
-        """A cold read right after the cold read of the file before it is a sequential scan:
-        start building the file after it in the background."""
-        previous = self._last_cold.get((key.topic, key.partition))
-        self._last_cold[(key.topic, key.partition)] = key.key
-        if previous is not None and self._successors.get(key.topic, {}).get(previous) == key.key:
+        """A cold read of a file soon after a cold read of the file before it in scan order is
+        a sequential scan (an engine's readers take the files in turn): start building the
+        files after it in the background."""
+        successors = self._successors.get(key.topic, {})
+        recent = self._recent_cold.setdefault(key.topic, deque(maxlen=_RECENT_COLD_READS))
+        sequential = any(successors.get(previous) == key.key for previous in recent)
+        recent.append(key.key)
+        if sequential:
             self._read_ahead_after(key)
 
     def _read_ahead_after(self, key: DataKey) -> None:
-        """Build the file after ``key`` in its partition in the background, unless it is held
-        or being built already (one read-ahead build at a time)."""
+        """Build the ``_READ_AHEAD_FILES`` files after ``key`` in scan order in the background,
+        those not held or being built already, each once a core is free of builds."""
         following = self._successor(key)
-        if following is None or following in self._building or self.store.holds(following):
-            return
-        self._read_ahead.add(following)
-        task = asyncio.create_task(self._build_ahead(following))
-        self._read_ahead_tasks.add(task)
-        task.add_done_callback(self._read_ahead_tasks.discard)
+        for _ in range(_READ_AHEAD_FILES):
+            if following is None:
+                return
+            if not (
+                following in self._building
+                or following in self._read_ahead
+                or self.store.holds(following)
+            ):
+                self._read_ahead.add(following)
+                task = asyncio.create_task(self._build_ahead(following))
+                self._read_ahead_tasks.add(task)
+                task.add_done_callback(self._read_ahead_tasks.discard)
+            following = self._successors.get(key.topic, {}).get(following)
 
     async def _build_ahead(self, key: str) -> None:
-        async with self._read_ahead_slots:
-            if key not in self._read_ahead or self.store.holds(key):
+        async with self._build_ended:  # a free core: builds for clients come first
+            await self._build_ended.wait_for(lambda: self._builds_in_flight < self._cores)
+            if key not in self._read_ahead or self.store.holds(key) or key in self._building:
                 return
-            try:
-                await self._read(key, ahead=True)
-            except Exception as error:  # a read-ahead is a guess: the real read reports errors
-                self._read_ahead.discard(key)
-                log.debug("isk: read-ahead of %s failed: %s", key, error)
+            self._builds_in_flight += 1  # the core is this build's from now (no await before)
+        try:
+            await self._read(key, ahead=True)
+        except Exception as error:  # a read-ahead is a guess: the real read reports errors
+            self._read_ahead.discard(key)
+            log.debug("isk: read-ahead of %s failed: %s", key, error)
+        finally:
+            await self._build_over()
+
+    async def _build_over(self) -> None:
+        """A build (or a read-ahead's lookup and build) ended: its core is free."""
+        self._builds_in_flight -= 1
+        async with self._build_ended:
+            self._build_ended.notify_all()
 
     async def _synthesize(self, key: str) -> bytes:
         """The file at ``key`` from the first synthesizer that handles it."""

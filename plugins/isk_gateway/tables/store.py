@@ -4,9 +4,10 @@ backend, and per table the keys and sizes of its current snapshot (for HEAD and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from bergstream.core.api import CacheBackend
 
@@ -16,8 +17,10 @@ __all__ = ["FileStore"]
 _KNOWN_SIZES = 1_000_000
 #: Bytes of write-behind puts waiting for the cache backend before ``keep`` waits for them.
 _PENDING_BYTES = 1 << 30
-#: Write-behind puts wait until no file was kept for this long (a burst of builds is over).
+#: Write-behind puts wait until no file was kept or read for this long (a scan is over).
 _QUIET_SECONDS = 0.3
+#: ... but not longer than this after it was kept (a gateway that is never quiet still caches).
+_MAX_DELAY_SECONDS = 5.0
 
 
 class FileStore:
@@ -36,11 +39,13 @@ class FileStore:
         self._held = 0
         self._listings: dict[tuple[str, str], dict[str, int]] = {}
         self._sizes: OrderedDict[str, int] = OrderedDict()
-        # Write-behind puts, in order, until the cache backend has them.
+        # Write-behind puts, in order, until the cache backend has them, and when each was kept.
         self._pending: OrderedDict[str, bytes | memoryview] = OrderedDict()
+        self._pending_since: dict[str, float] = {}
         self._pending_bytes = 0
         self._writer: asyncio.Task[None] | None = None
-        self._last_keep = 0.0
+        self._last_use = 0.0
+        self._builds = 0
         self._flushing = False
 
     def cache_key(self, key: str) -> str:
@@ -67,28 +72,35 @@ class FileStore:
 
     async def keep(self, key: str, data: bytes | memoryview, write_behind: bool = False) -> None:
         """Keep ``data`` in memory and in the cache backend. With ``write_behind`` the cache
-        backend gets it after this returns, in order, one put at a time, once no file was kept
-        for ``_QUIET_SECONDS``: a scan's files are built first and cached after, so the disk
-        does not compete with the builds a client waits for. Past ``_PENDING_BYTES`` of such
-        puts, this waits as without it."""
+        backend gets it after this returns, in order, one put at a time, once no file was
+        built, kept or read from memory for ``_QUIET_SECONDS`` (at most ``_MAX_DELAY_SECONDS``
+        after this): a scan's files are built and served first and cached after, so writing
+        them (a copy into the page cache and a checksum) does not take CPU from the scan a
+        client waits for. Past ``_PENDING_BYTES`` of such puts, this waits as without it."""
         self.remember(key, data)
-        self._last_keep = time.monotonic()
+        self._last_use = time.monotonic()
         if not write_behind or self._pending_bytes + len(data) > _PENDING_BYTES:
             await asyncio.to_thread(self.cache.put, self.cache_key(key), data)
             return
         old = self._pending.pop(key, None)
         self._pending_bytes += len(data) - (len(old) if old is not None else 0)
         self._pending[key] = data
+        self._pending_since[key] = self._last_use
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_pending())
 
     async def _write_pending(self) -> None:
         while self._pending:
-            quiet = time.monotonic() - self._last_keep
-            if quiet < _QUIET_SECONDS and not self._flushing:
-                await asyncio.sleep(_QUIET_SECONDS - quiet)
-                continue
             key, data = next(iter(self._pending.items()))
+            now = time.monotonic()
+            quiet = _QUIET_SECONDS - (now - self._last_use)
+            wait = min(
+                max(quiet, _QUIET_SECONDS if self._builds else 0.0),
+                _MAX_DELAY_SECONDS - (now - self._pending_since.get(key, now)),
+            )
+            if wait > 0 and not self._flushing:
+                await asyncio.sleep(wait)
+                continue
             try:
                 await asyncio.to_thread(self.cache.put, self.cache_key(key), data)
             except Exception:  # the backend's own wrapper logs failures; a put is best-effort
@@ -96,7 +108,18 @@ class FileStore:
             finally:
                 if self._pending.get(key) is data:
                     del self._pending[key]
+                    self._pending_since.pop(key, None)
                     self._pending_bytes -= len(data)
+
+    @contextlib.contextmanager
+    def building(self) -> Iterator[None]:
+        """Mark a file being built for a reader: write-behind puts wait until none is."""
+        self._builds += 1
+        try:
+            yield
+        finally:
+            self._builds -= 1
+            self._last_use = time.monotonic()
 
     async def flush(self) -> None:
         """Wait until every write-behind put reached the cache backend (now, not after a
@@ -113,10 +136,13 @@ class FileStore:
         holds them; None otherwise. Never waits: a caller can check this and act on the
         answer with no other task running in between."""
         data = self._memory.get(key)
-        if data is not None:
+        if data is None:
+            data = self._pending.get(key)
+        else:
             self._memory.move_to_end(key)
-            return data
-        return self._pending.get(key)
+        if data is not None and self._pending:
+            self._last_use = time.monotonic()  # a scan is served: write-behind waits for it
+        return data
 
     async def get(self, key: str) -> bytes | memoryview | None:
         """The bytes of ``key`` from memory or the cache backend; None if neither has them."""
