@@ -25,13 +25,13 @@ def copy_bytes(
     typingctx: Any, target: Any, target_start: Any, source: Any, source_start: Any, length: Any
 ) -> Any:  # pragma: no cover - compiled
     """In a compiled function: copy ``source[source_start : source_start + length]`` into
-    ``target[target_start : target_start + length]`` (1-D contiguous byte arrays; the ranges
-    must lie inside both arrays and not overlap)."""
+    ``target[target_start : target_start + length]`` (C-contiguous ``uint8`` arrays; the
+    ranges must lie inside both arrays and not overlap)."""
     if not all(
-        isinstance(array, types.Array) and array.ndim == 1 and array.dtype.bitwidth == 8
+        isinstance(array, types.Array) and array.dtype == types.uint8 and array.layout == "C"
         for array in (target, source)
     ):
-        return None
+        return None  # not typed: numba reports the call
     signature = types.void(target, types.intp, source, types.intp, types.intp)
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:

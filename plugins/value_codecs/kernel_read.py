@@ -1,7 +1,8 @@
 """Reading Avro in the decoder kernel (numba): zigzag varints (and whether they are minimal),
 little-endian numbers, UTF-8 validation, big-endian 128-bit decimals, UUID strings, duplicate
-map keys, and copying byte runs (one ``memcpy``, an ASCII check a word at a time: a loop over
-single bytes takes most of the kernel's time on string-heavy values).
+map keys, and copying byte runs (core's ``copy_bytes``, one ``memcpy``, re-exported here; an
+ASCII check a word at a time: a loop over single bytes takes most of the kernel's time on
+string-heavy values).
 
 These functions are inlined into :func:`.decode_kernel.decode_rows` and the other kernels
 (``json_kernel.py``, ``protobuf_kernel.py``, ``arena_kernel.py``, ``encode_kernel.py``,
@@ -17,11 +18,11 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 from numba.core.base import BaseContext
 from numba.core.typing.templates import Signature
 from numba.extending import intrinsic
 
+from bergstream.core.api import copy_bytes
 from bergstream.plugins.value_codecs.avro_ops import ERR_TRUNCATED, ERR_VARINT
 
 __all__ = [
@@ -66,29 +67,6 @@ def read_varint(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, bool]:
 
 def _contiguous_bytes(array: types.Type) -> bool:
     return isinstance(array, types.Array) and array.dtype == types.uint8 and array.layout == "C"
-
-
-@intrinsic
-def copy_bytes(
-    typingctx: object, dst: types.Type, dst_at: types.Type, src: types.Type, src_at: types.Type,
-    count: types.Type,
-) -> tuple[Signature, Callable[..., object]]:  # fmt: skip
-    """``dst[dst_at : dst_at + count] = src[src_at : src_at + count]`` as one ``memcpy``
-    (contiguous uint8 arrays that do not overlap; bounds are the caller's)."""
-    if not (_contiguous_bytes(dst) and _contiguous_bytes(src)):
-        return None  # type: ignore[return-value]  # not typed: numba reports the call
-
-    def codegen(
-        context: BaseContext, builder: ir.IRBuilder, signature: Signature, args: list[ir.Value]
-    ) -> ir.Value:
-        target = context.make_array(signature.args[0])(context, builder, args[0])
-        source = context.make_array(signature.args[2])(context, builder, args[2])
-        to = builder.gep(target.data, [args[1]])
-        origin = builder.gep(source.data, [args[3]])
-        cgutils.raw_memcpy(builder, to, origin, args[4], 1)
-        return context.get_dummy_value()
-
-    return types.none(dst, types.intp, src, types.intp, types.intp), codegen
 
 
 @intrinsic

@@ -436,6 +436,20 @@ async def test_a_scan_on_two_threads_reads_ahead_into_the_next_partition(
     assert await fresh.read_file(keys[4]) == await built.read_file(keys[4])
 
 
+async def test_neighbours_read_in_reverse_order_are_a_scan_too(
+    tmp_path: Path, log: FakeLog
+) -> None:
+    """Two threads' reads of neighbouring files may reach ISK in either order."""
+    log.produce("orders", 0, 50, lambda i: T0 + i)
+    make_provider(tmp_path, log, chunk_records=10, name="a")
+    fresh, keys = await cold_provider(tmp_path, log, "b")
+    await fresh.read_file(keys[1])
+    await fresh.read_file(keys[0])
+    await settled(fresh)
+    assert fresh.store.holds(keys[2]) and fresh.store.holds(keys[3])  # after the later one
+    assert not fresh.store.holds(keys[4])
+
+
 async def test_a_read_ahead_waits_for_a_free_core(tmp_path: Path, log: FakeLog) -> None:
     """With as many client builds in flight as cores, a read-ahead build waits for one to end:
     a guess never takes a core from a file a client waits for."""

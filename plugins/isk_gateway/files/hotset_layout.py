@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from bergstream.core.api import ChunkEntry
 from bergstream.plugins.isk_gateway.files.data_files import chunk_bounds, column_stats
 from bergstream.plugins.isk_gateway.files.synthesis import parquet_bytes, records_to_table
-from bergstream.plugins.isk_gateway.kafka.buffers import DECODED_COLUMNS, BufferLease
+from bergstream.plugins.isk_gateway.kafka.buffers import DECODED_COLUMNS
 from bergstream.plugins.isk_gateway.kafka.reader import FetchedRange
 from bergstream.plugins.isk_gateway.tables.paths import UNIT_MICROS
 
@@ -85,59 +85,50 @@ def build_chunk(
     unit: str,
     compression: str,
     typed: RowDecoder | None = None,
+    release: bool = False,
 ) -> tuple[ChunkEntry, bytes | memoryview]:
     """The chunk starting at ``start`` of the rows of ``[start, high)`` in ``fetched``: its
     index entry and its Parquet bytes (rows decoded by ``typed`` for a typed topic). It ends at
     ``high``, or earlier at the first row of another time bucket than the first row's; a range
     without rows gives an empty entry and no bytes. The entry's bounds are of contract columns
-    only, taken from the rows as written (decoded for a typed topic)."""
+    only, taken from the rows as written (decoded for a typed topic). With ``release``,
+    ``fetched``'s buffers go back to their pool when done (call it on the thread that decodes:
+    a cancelled caller does not stop that thread)."""
     # Plain rows are garbage once written and bounded, so their columns reuse pooled buffers.
     lease = DECODED_COLUMNS.lease() if typed is None else None
     try:
-        return _build_chunk(topic, partition, start, high, fetched, unit, compression, typed, lease)
+        table = records_to_table(fetched.records, partition, start, high, fetched.aborted, lease)
+        if not table.num_rows:
+            return ChunkEntry(topic, partition, start, high, 0, 0, {}), b""
+        buckets = time_buckets(table, unit)
+        other = pc.not_equal(buckets, buckets[0])
+        chunk_end = high
+        rows = table
+        if pc.any(other).as_py():
+            cut = pc.index(other, True).as_py()
+            chunk_end = table.column("kafka_offset")[cut].as_py()
+            rows = table.slice(0, cut)  # rows are in offset order
+        written = typed.decode(rows) if typed is not None else rows
+        parquet = parquet_layout(written, compression)
+        low_ts, high_ts = pc.min_max(rows.column("kafka_timestamp").cast(pa.int64())).values()
+        offsets = rows.column("kafka_offset")
+        entry = ChunkEntry(
+            topic=topic,
+            partition=partition,
+            start_offset=start,
+            end_offset=chunk_end,
+            row_count=rows.num_rows,
+            size_bytes=len(parquet),
+            bounds=chunk_bounds(
+                partition,
+                (offsets[0].as_py(), offsets[-1].as_py()),
+                (low_ts.as_py(), high_ts.as_py()),
+            )
+            | column_stats(written),
+        )
+        return entry, parquet
     finally:
         if lease is not None:
             lease.release()
-
-
-def _build_chunk(
-    topic: str,
-    partition: int,
-    start: int,
-    high: int,
-    fetched: FetchedRange,
-    unit: str,
-    compression: str,
-    typed: RowDecoder | None,
-    lease: BufferLease | None,
-) -> tuple[ChunkEntry, bytes | memoryview]:
-    table = records_to_table(fetched.records, partition, start, high, fetched.aborted, lease)
-    if not table.num_rows:
-        return ChunkEntry(topic, partition, start, high, 0, 0, {}), b""
-    buckets = time_buckets(table, unit)
-    other = pc.not_equal(buckets, buckets[0])
-    chunk_end = high
-    rows = table
-    if pc.any(other).as_py():
-        cut = pc.index(other, True).as_py()
-        chunk_end = table.column("kafka_offset")[cut].as_py()
-        rows = table.slice(0, cut)  # rows are in offset order
-    written = typed.decode(rows) if typed is not None else rows
-    parquet = parquet_layout(written, compression)
-    low_ts, high_ts = pc.min_max(rows.column("kafka_timestamp").cast(pa.int64())).values()
-    offsets = rows.column("kafka_offset")
-    entry = ChunkEntry(
-        topic=topic,
-        partition=partition,
-        start_offset=start,
-        end_offset=chunk_end,
-        row_count=rows.num_rows,
-        size_bytes=len(parquet),
-        bounds=chunk_bounds(
-            partition,
-            (offsets[0].as_py(), offsets[-1].as_py()),
-            (low_ts.as_py(), high_ts.as_py()),
-        )
-        | column_stats(written),
-    )
-    return entry, parquet
+        if release:
+            fetched.release()

@@ -159,10 +159,19 @@ class HotsetFiles:
         files after it in the background."""
         successors = self._successors.get(key.topic, {})
         recent = self._recent_cold.setdefault(key.topic, deque(maxlen=_RECENT_COLD_READS))
-        sequential = any(successors.get(previous) == key.key for previous in recent)
+        # Concurrent reads of two neighbours are noted in either order: the later file of the
+        # pair is where reading ahead starts.
+        later: str | None = None
+        for previous in recent:
+            if successors.get(previous) == key.key:
+                later = key.key
+            elif successors.get(key.key) == previous:
+                later = previous
         recent.append(key.key)
-        if sequential:
-            self._read_ahead_after(key)
+        if later is not None:
+            parsed = parse_key(later)
+            if isinstance(parsed, DataKey):
+                self._read_ahead_after(parsed)
 
     def _read_ahead_after(self, key: DataKey) -> None:
         """Build the ``_READ_AHEAD_FILES`` files after ``key`` in scan order in the background,

@@ -38,7 +38,7 @@ from bergstream.core.api import (
     IndexBackend,
 )
 from bergstream.plugins.isk_gateway.files.data_files import chunk_key
-from bergstream.plugins.isk_gateway.files.hotset_layout import RowDecoder, build_chunk, layout_name
+from bergstream.plugins.isk_gateway.files.hotset_layout import build_chunk, layout_name
 from bergstream.plugins.isk_gateway.kafka.reader import FetchedRange, PartitionOffsets
 from bergstream.plugins.isk_gateway.tables.paths import DAY, HOUR, UNIT_MICROS
 from bergstream.plugins.isk_gateway.tables.store import FileStore
@@ -279,8 +279,9 @@ class HotsetIndexer:
                     prefetch = (following, task)
                 # Decoding and Parquet writing are CPU work: keep them off the event loop.
                 chunk, data = await asyncio.to_thread(
-                    _build_chunk_and_release,
+                    build_chunk,
                     topic, partition, position, high, fetched, self.unit, self.compression, typed,
+                    release=True,
                 )  # fmt: skip
                 sealed = (
                     seal_tail
@@ -313,21 +314,3 @@ class HotsetIndexer:
         ISK_KAFKA_READ_BYTES.labels(self.cluster, "index").inc(len(fetched.records))
         return fetched
 
-
-def _build_chunk_and_release(
-    topic: str,
-    partition: int,
-    start: int,
-    high: int,
-    fetched: FetchedRange,
-    unit: str,
-    compression: str,
-    typed: RowDecoder | None,
-) -> tuple[ChunkEntry, bytes | memoryview]:
-    """:func:`build_chunk`, then ``fetched``'s buffers back to their pool (on the same thread:
-    a cancelled caller does not stop the thread, so releasing from the caller could hand the
-    buffers out while they are still decoded)."""
-    try:
-        return build_chunk(topic, partition, start, high, fetched, unit, compression, typed)
-    finally:
-        fetched.release()
