@@ -87,9 +87,10 @@ async def test_write_behind_waits_while_files_are_read_or_built(
         await asyncio.sleep(0.1)
         assert store.held("built") == b"data"
     assert cache.get("built") is None  # not written while it is read
-    with store.building():  # a build of another file for a reader
-        await asyncio.sleep(0.6)
-        assert cache.get("built") is None  # not written while a build runs
+    store.begin_build()  # a build of another file for a reader
+    await asyncio.sleep(0.6)
+    assert cache.get("built") is None  # not written while a build runs
+    store.end_build()
     await asyncio.sleep(0.8)
     assert cache.get("built") == b"data"  # written once reads and builds paused
 
@@ -102,8 +103,9 @@ async def test_write_behind_writes_after_the_longest_delay_however_busy(
     cache = LocalDiskCache(tmp_path, 1 << 20)
     store = FileStore(cache)
     await store.keep("built", b"data", write_behind=True)
-    with store.building():  # never quiet
-        for _ in range(15):
-            await asyncio.sleep(0.1)
-            store.held("built")
-        assert cache.get("built") == b"data"  # written 0.5 s after it was kept
+    store.begin_build()  # never quiet
+    for _ in range(15):
+        await asyncio.sleep(0.1)
+        store.held("built")
+    assert cache.get("built") == b"data"  # written 0.5 s after it was kept
+    store.end_build()

@@ -34,6 +34,7 @@ __all__ = [
 HUGE_PAGE_MIN_BYTES = 8 << 20
 _MADV_HUGEPAGE = 14
 _PAGE = 4096
+_HUGE_PAGE = 2 << 20
 
 
 def _load_madvise() -> ctypes._NamedFuncPointer | None:
@@ -140,7 +141,7 @@ class BufferPool:
                 return base
         # A quarter more, in whole huge pages, so that a larger chunk later still fits (pages
         # never touched cost nothing).
-        size = -(-(count + count // 4) // (2 << 20)) * (2 << 20)
+        size = -(-(count + count // 4) // _HUGE_PAGE) * _HUGE_PAGE
         return np.frombuffer(large_buffer(size), dtype=np.uint8)
 
     def give(self, base: np.ndarray) -> None:

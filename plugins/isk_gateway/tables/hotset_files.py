@@ -54,9 +54,8 @@ class HotsetFiles:
         self._recent_cold: dict[str, deque[str]] = {}
         self._read_ahead: set[str] = set()
         self._read_ahead_tasks: set[asyncio.Task[None]] = set()
-        # Builds in flight (a client's and ahead): a read-ahead starts only below ``_cores``,
-        # so a client's builds never share a core with a guess, and read-aheads use the rest.
-        self._builds_in_flight = 0
+        # A read-ahead starts only while the store counts fewer builds than ``_cores``, so a
+        # client's builds never share a core with a guess, and read-aheads use the rest.
         self._build_ended = asyncio.Condition()
         self._cores = os.cpu_count() or 1
 
@@ -129,10 +128,9 @@ class HotsetFiles:
                 if not ahead:
                     self._read_ahead.discard(key)  # built ahead but dropped before its use
                     self._note_cold_read(parsed)
-                    self._builds_in_flight += 1  # a read-ahead counted itself at its start
+                    self.store.begin_build()  # a read-ahead counted itself at its start
                 try:
-                    with self.store.building():
-                        data = await self._synthesize(key)
+                    data = await self._synthesize(key)
                 finally:
                     if not ahead:
                         await self._build_over()
@@ -161,17 +159,15 @@ class HotsetFiles:
         recent = self._recent_cold.setdefault(key.topic, deque(maxlen=_RECENT_COLD_READS))
         # Concurrent reads of two neighbours are noted in either order: the later file of the
         # pair is where reading ahead starts.
-        later: str | None = None
+        later: ParsedKey | None = None
         for previous in recent:
             if successors.get(previous) == key.key:
-                later = key.key
+                later = key
             elif successors.get(key.key) == previous:
-                later = previous
+                later = parse_key(previous)
         recent.append(key.key)
-        if later is not None:
-            parsed = parse_key(later)
-            if isinstance(parsed, DataKey):
-                self._read_ahead_after(parsed)
+        if isinstance(later, DataKey):
+            self._read_ahead_after(later)
 
     def _read_ahead_after(self, key: DataKey) -> None:
         """Build the ``_READ_AHEAD_FILES`` files after ``key`` in scan order in the background,
@@ -193,10 +189,10 @@ class HotsetFiles:
 
     async def _build_ahead(self, key: str) -> None:
         async with self._build_ended:  # a free core: builds for clients come first
-            await self._build_ended.wait_for(lambda: self._builds_in_flight < self._cores)
+            await self._build_ended.wait_for(lambda: self.store.builds < self._cores)
             if key not in self._read_ahead or self.store.holds(key) or key in self._building:
                 return
-            self._builds_in_flight += 1  # the core is this build's from now (no await before)
+            self.store.begin_build()  # the core is this build's from now (no await before)
         try:
             await self._read(key, ahead=True)
         except Exception as error:  # a read-ahead is a guess: the real read reports errors
@@ -207,7 +203,7 @@ class HotsetFiles:
 
     async def _build_over(self) -> None:
         """A build (or a read-ahead's lookup and build) ended: its core is free."""
-        self._builds_in_flight -= 1
+        self.store.end_build()
         async with self._build_ended:
             self._build_ended.notify_all()
 

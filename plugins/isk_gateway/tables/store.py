@@ -4,10 +4,9 @@ backend, and per table the keys and sizes of its current snapshot (for HEAD and 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from bergstream.core.api import CacheBackend
 
@@ -111,15 +110,19 @@ class FileStore:
                     self._pending_since.pop(key, None)
                     self._pending_bytes -= len(data)
 
-    @contextlib.contextmanager
-    def building(self) -> Iterator[None]:
-        """Mark a file being built for a reader: write-behind puts wait until none is."""
+    @property
+    def builds(self) -> int:
+        """Files being built now (between :meth:`begin_build` and :meth:`end_build`)."""
+        return self._builds
+
+    def begin_build(self) -> None:
+        """A file is being built for a reader: write-behind puts wait until none is."""
         self._builds += 1
-        try:
-            yield
-        finally:
-            self._builds -= 1
-            self._last_use = time.monotonic()
+
+    def end_build(self) -> None:
+        """A build begun with :meth:`begin_build` ended."""
+        self._builds -= 1
+        self._last_use = time.monotonic()
 
     async def flush(self) -> None:
         """Wait until every write-behind put reached the cache backend (now, not after a
