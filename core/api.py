@@ -20,6 +20,7 @@ from bergstream.core import sigv4
 from bergstream.core.backends import (
     CacheBackend,
     ChunkEntry,
+    ConditionalCacheBackend,
     DecodedValues,
     FileSynthesizer,
     IndexBackend,
@@ -288,6 +289,7 @@ __all__ = [
     "ChunkEntry",
     "CloseConnection",
     "CodecsSettings",
+    "ConditionalCacheBackend",
     "ConfigError",
     "ConfigSectionRegistration",
     "ConformanceError",

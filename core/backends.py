@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +50,21 @@ class CacheBackend(Protocol):
 
     def close(self) -> None:
         """Release connections and file handles."""
+        ...
+
+
+@runtime_checkable
+class ConditionalCacheBackend(CacheBackend, Protocol):
+    """A cache backend that can also write a key only if it is absent, atomically against every
+    other writer of the same store (other processes and machines included). ISK instances that
+    share such a cache keep one snapshot history per table in it, so each serves the same
+    metadata for the same log state. A backend without ``put_if_absent`` still works; then each
+    instance keeps its own history."""
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Store ``data`` under ``key`` if no entry is there; True if this call stored it, False
+        if an entry was there already (it is left as is). Of concurrent callers on one key,
+        exactly one gets True, and every ``get`` after it returns that caller's bytes whole."""
         ...
 
 

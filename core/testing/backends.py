@@ -40,7 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bergstream.core.backends import CacheBackend, ChunkEntry, IndexBackend, SnapshotRecord
+from bergstream.core.backends import (
+    CacheBackend,
+    ChunkEntry,
+    ConditionalCacheBackend,
+    IndexBackend,
+    SnapshotRecord,
+)
 
 __all__ = [
     "CACHE_CHECKS",
@@ -285,6 +291,51 @@ def cache_survives_restart(case: CacheCase, location: Path) -> None:
         second.close()
 
 
+def _conditional_writer(
+    cache: ConditionalCacheBackend, key: str, payload: bytes, won: list[bytes]
+) -> Callable[[], None]:
+    def write() -> None:
+        if cache.put_if_absent(key, payload):
+            won.append(payload)
+
+    return write
+
+
+def cache_put_if_absent(case: CacheCase, location: Path, rounds: int = 5) -> None:
+    """For a backend with ``put_if_absent`` (:class:`ConditionalCacheBackend`): the first call
+    on a key stores, later ones leave it; of writers racing on one key from two instances,
+    exactly one wins and every reader sees its bytes. A backend without the method passes."""
+    first, second = case.open(location), case.open(location)
+    try:
+        if not isinstance(first, ConditionalCacheBackend):
+            return
+        assert isinstance(second, ConditionalCacheBackend)
+        _expect(first.put_if_absent("once/a", b"first") is True, "a new key was not stored")
+        _expect(first.put_if_absent("once/a", b"second") is False, "an existing key was stored")
+        _expect(second.put_if_absent("once/a", b"third") is False, "the other instance won too")
+        got = second.get("once/a")
+        _expect(got == b"first", f"after refused writes get returned {_show(got)}")
+        for round_ in range(rounds):
+            key = f"race/{round_}"
+            won: list[bytes] = []
+
+            payloads = [bytes([65 + i]) * (1000 + i) for i in range(8)]
+            errors = _run_threads(
+                [
+                    _conditional_writer(first if i % 2 else second, key, payload, won)
+                    for i, payload in enumerate(payloads)
+                ]
+            )
+            _expect(not errors, f"racing put_if_absent raised: {errors!r}")
+            _expect(len(won) == 1, f"{len(won)} of 8 racing writers of {key!r} won")
+            for instance in (first, second):
+                got = instance.get(key)
+                _expect(got == won[0], f"the winner wrote {_show(won[0])}, get read {_show(got)}")
+    finally:
+        first.close()
+        second.close()
+
+
 #: Every cache check, in the order :func:`run_cache_conformance` runs them.
 CACHE_CHECKS: tuple[CacheCheck, ...] = (
     cache_round_trip,
@@ -295,6 +346,7 @@ CACHE_CHECKS: tuple[CacheCheck, ...] = (
     cache_concurrent_writers,
     cache_shared_between_instances,
     cache_survives_restart,
+    cache_put_if_absent,
 )
 
 # --------------------------------------------------------------------------- indexes

@@ -8,8 +8,10 @@ writing a synthesized file; entries written with SHA-256 (magic ``BSC1``) are st
 ``put`` writes a temporary file in the same directory and renames it over the entry, so readers
 see the old or the new entry, never a torn one, and concurrent writers of one key are harmless.
 
-Least recently used entries are evicted when the total size passes ``max_bytes``: a hit touches
-the entry's mtime, so recency survives restarts and is shared by processes using the directory.
+``put_if_absent`` hard-links a whole temporary file to the entry's name, which fails if the name
+exists. Least recently used entries are evicted when the total size passes ``max_bytes``: a hit
+touches the entry's mtime, so recency survives restarts and is shared by processes using the
+directory.
 """
 
 from __future__ import annotations
@@ -138,6 +140,35 @@ class LocalDiskCache:
             over = self._estimate > self.max_bytes
         if over:
             self._evict()
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Store ``data`` under ``key`` unless an entry is there (True if stored): the entry is
+        written whole to a temporary file, then hard-linked to its name, which fails if the name
+        exists, so of concurrent writers (processes sharing the directory too) one wins."""
+        path = self._entry_path(key)
+        size = _HEADER.size + len(data)
+        if size > self.max_bytes:
+            raise ValueError(
+                f"cache entry {key!r} ({size} bytes) exceeds max_bytes={self.max_bytes}"
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name[: -len(_SUFFIX)]}{_TMP}{uuid.uuid4().hex}")
+        try:
+            with open(tmp, "wb") as file:
+                file.write(_HEADER.pack(_MAGIC, crc32c(data), len(data)))
+                file.write(data)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+        finally:
+            tmp.unlink(missing_ok=True)
+        with self._lock:
+            self._estimate += size
+            over = self._estimate > self.max_bytes
+        if over:
+            self._evict()
+        return True
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""

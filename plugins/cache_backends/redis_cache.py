@@ -2,11 +2,12 @@
 
 Each entry is one string value ``<prefix><key>`` holding the data behind a verified header
 (:mod:`.entries`); ``get`` checks it, and deletes and misses a corrupt entry. ``SET`` replaces a
-value whole, so concurrent writers of one key are harmless. ``ttl_seconds`` becomes the key's
-expiry (``SET ... EX``); the total size is bounded by the server (``maxmemory`` with an eviction
-policy such as ``allkeys-lru``). An entry above ``max_entry_bytes`` is refused with
-:class:`~.entries.CacheEntryTooLargeError` naming the key, its size and the setting: Redis holds
-small files, large data files belong in the ``local`` or ``s3`` cache.
+value whole, so concurrent writers of one key are harmless; ``put_if_absent`` is ``SET ... NX``.
+``ttl_seconds`` becomes the key's expiry (``SET ... EX``); the total size is bounded by the
+server (``maxmemory`` with an eviction policy such as ``allkeys-lru``). An entry above
+``max_entry_bytes`` is refused with :class:`~.entries.CacheEntryTooLargeError` naming the key,
+its size and the setting: Redis holds small files, large data files belong in the ``local`` or
+``s3`` cache.
 """
 
 from __future__ import annotations
@@ -98,6 +99,16 @@ class RedisCache:
                 "not cached (raise the limit, or use the local or s3 cache for large files)"
             )
         self.client.set(name, seal(data), ex=self.ttl_seconds)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Store ``data`` under ``key`` unless it is there (one ``SET ... NX``); True if stored."""
+        name = self._name(key)
+        if len(data) + HEADER_BYTES > self.max_entry_bytes:
+            raise CacheEntryTooLargeError(
+                f"redis cache: entry {key!r} is {len(data)} bytes (+{HEADER_BYTES} header), above "
+                f"max_entry_bytes={self.max_entry_bytes} (cache.config.max_entry_bytes)"
+            )
+        return bool(self.client.set(name, seal(data), ex=self.ttl_seconds, nx=True))
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""

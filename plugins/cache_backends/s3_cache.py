@@ -4,7 +4,7 @@ Gateway replicas pointing at one bucket and prefix share the cache: a file one s
 served by all. Each object is ``<prefix><key>``, holding the data behind a verified header
 (:mod:`.entries`); ``get`` checks it, and deletes and misses a corrupt or expired entry. A PUT
 replaces an object whole, so concurrent writers of one key are harmless and a reader sees one
-writer's complete entry.
+writer's complete entry. ``put_if_absent`` is a PUT with ``If-None-Match: *``.
 
 Bounds: ``ttl_seconds`` (an entry older than that is a miss and is deleted), and optionally
 ``max_bytes``: once this process has written past it (counting what was there when it first
@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 _MAX_KEY = 1024
 _LOW_WATERMARK = 0.9
 _MISSING = ("NoSuchKey", "NoSuchObject", "NoSuchBucket")
+#: What a server answers a conditional PUT of an existing object (or of one being written).
+_EXISTS = ("PreconditionFailed", "ConditionalRequestConflict")
 
 
 def minio_client(
@@ -150,6 +152,43 @@ class S3Cache:
             len(blob),
             content_type="application/octet-stream",
         )
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Store ``data`` under ``key`` unless an object is there: one PUT with
+        ``If-None-Match: *``, which the server refuses (412) if the object exists; True if
+        stored. A server that ignores the header would let a later writer win: SeaweedFS and
+        MinIO honour it (SeaweedFS since 3.97, concurrent writers too in 4.x)."""
+        name = self._name(key)
+        blob = seal(data)
+        try:
+            self._put_new(name, blob)
+        except S3Error as error:
+            if error.code in _EXISTS:
+                return False
+            if error.code != "NoSuchBucket" or not self.create_bucket:
+                raise
+            self._ensure_bucket()
+            try:
+                self._put_new(name, blob)
+            except S3Error as again:
+                if again.code in _EXISTS:
+                    return False
+                raise
+        if self.max_bytes is not None:
+            self._account(len(blob))
+        return True
+
+    def _put_new(self, name: str, blob: bytes) -> None:
+        # minio's put_object would turn If-None-Match into user metadata: send the PUT itself.
+        response = self.client._execute(
+            "PUT",
+            self.bucket,
+            name,
+            body=blob,
+            headers={"If-None-Match": "*", "Content-Type": "application/octet-stream"},
+        )
+        response.close()
+        response.release_conn()
 
     def _ensure_bucket(self) -> None:
         try:

@@ -75,6 +75,10 @@ def _outage_and_recovery(
     misses = _count(name, "miss")
     assert cache.get("never/put") is None
     assert _count(name, "miss") == misses + 1
+    once = f"history/t/{uuid.uuid4().hex}"
+    assert cache.try_put_if_absent(once, b"first") is True
+    assert cache.try_put_if_absent(once, b"second") is False
+    assert cache.get(once) == b"first"
 
     server.stop()
     errors = _count(name, "error")
@@ -83,9 +87,10 @@ def _outage_and_recovery(
         assert cache.get("meta/v1.metadata.json") is None
         cache.put(f"data/{i}.parquet", b"x" * 100)
         cache.delete("meta/v1.metadata.json")
+        assert cache.try_put_if_absent(f"history/t/{i}", b"x") is None  # cannot tell
     assert time.monotonic() - started < 5, "calls were not skipped while the server was down"
     assert not cache.available
-    assert _count(name, "error") == errors + 50
+    assert _count(name, "error") == errors + 50  # lookups only
     warnings = _records(caplog, logging.WARNING)
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert f"cache backend {name!r} failed" in warnings[0].getMessage()
@@ -104,6 +109,7 @@ def _outage_and_recovery(
     assert len(infos) == 1 and "works again" in infos[0].getMessage()
     expected = b"{}" if survives_restart else None
     assert cache.get("meta/v1.metadata.json") == expected
+    assert cache.try_put_if_absent(f"history/t/{uuid.uuid4().hex}", b"back") is True
     cache.put("after", b"back")
     hits = _count(name, "hit")
     assert cache.get("after") == b"back"
@@ -271,3 +277,22 @@ def test_a_call_failing_from_before_a_recovery_does_not_start_an_outage(
     assert len(_records(caplog, logging.WARNING)) == 1
     assert len(_records(caplog, logging.INFO)) == 1
     assert cache.failures == 2
+
+
+def test_a_backend_without_put_if_absent_cannot_tell(tmp_path: Path) -> None:
+    class Plain:
+        def get(self, key: str) -> bytes | None:
+            return None
+
+        def put(self, key: str, data: bytes) -> None:
+            pass
+
+        def delete(self, key: str) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    cache = ResilientCache(Plain(), name="plain")
+    assert cache.try_put_if_absent("history/t/1", b"x") is None
+    assert cache.available

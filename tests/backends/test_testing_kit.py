@@ -47,13 +47,30 @@ def _corrupt(location: Path, key: str) -> None:
     path.write_bytes(bytes(blob))
 
 
-def test_a_cache_that_skips_verification_fails_the_corruption_check(tmp_path: Path) -> None:
-    case = CacheCase("careless", lambda location: ServesCorruptEntries(location, 1 << 24), _corrupt)
-    with pytest.raises(ConformanceError, match="cache_corruption_is_a_miss") as caught:
-        run_cache_conformance(case, tmp_path)
-    assert "a corrupted entry was served" in str(caught.value)
-    assert "fails 1 of" in str(caught.value)
-
-
 def test_check_ids_are_the_check_names() -> None:
     assert [check_id(c) for c in CACHE_CHECKS][:2] == ["cache_round_trip", "cache_missing_key"]
+
+
+class OverwritesWhenAbsent(LocalDiskCache):
+    """A ``put_if_absent`` that checks and then writes: not atomic, and it even overwrites."""
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        self.put(key, data)
+        return True
+
+
+@pytest.mark.parametrize(
+    ("cache", "check", "message"),
+    [
+        (ServesCorruptEntries, "cache_corruption_is_a_miss", "a corrupted entry was served"),
+        (OverwritesWhenAbsent, "cache_put_if_absent", "an existing key was stored"),
+    ],
+)
+def test_a_broken_cache_fails_exactly_the_check_it_breaks(
+    tmp_path: Path, cache: type[LocalDiskCache], check: str, message: str
+) -> None:
+    case = CacheCase(cache.__name__, lambda location: cache(location, 1 << 24), _corrupt)
+    with pytest.raises(ConformanceError, match=check) as caught:
+        run_cache_conformance(case, tmp_path)
+    assert message in str(caught.value)
+    assert "fails 1 of" in str(caught.value)

@@ -47,7 +47,8 @@ class Instance:
 def instances(
     stack_env: dict[str, str], kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Instance, Instance]]:
-    """Two ``bergstream run`` processes, each with its own index, one shared S3 cache bucket."""
+    """Two ``bergstream run`` processes, each with its own index, one shared S3 cache bucket
+    (and each its own empty lake, so ``merged`` tables are served too)."""
     bucket = f"isk-shared-{uuid.uuid4().hex[:8]}"
     cache = (
         f'{{type: s3, config: {{endpoint: "{stack_env["BERGSTREAM_S3_ENDPOINT"]}", '
@@ -63,7 +64,7 @@ def instances(
             config = workdir / "isk.yaml"
             config.write_text(
                 isk_load.isk_yaml(
-                    kafka_bootstrap, workdir, ports, CHUNK_RECORDS, cache, 30.0, lake=False
+                    kafka_bootstrap, workdir, ports, CHUNK_RECORDS, cache, 30.0, lake=True
                 )
             )
             process = start_bergstream_run(
@@ -165,22 +166,39 @@ def test_files_of_one_instance_are_served_by_the_other(
     assert metadata_differences(again, loaded) == []
 
 
+@pytest.mark.parametrize("namespace", ["hotset", "merged"])
 def test_a_client_alternating_between_instances_reads_every_record(
-    instances: tuple[Instance, Instance], kafka_bootstrap: str, new_topic: Callable[..., str]
+    instances: tuple[Instance, Instance],
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    namespace: str,
 ) -> None:
     """Records are produced throughout; each round loads the table from one instance and reads
-    its files through the other, in turn. Every answer holds each acked record once, and none
-    of the files one instance built is rebuilt from Kafka by the other."""
+    its files through the other, in turn. Every answer holds each acked record once, none of
+    the files one instance built is rebuilt from Kafka by the other, and both serve one
+    snapshot history: the same metadata for the same log state, and each later state an
+    APPEND on top of every snapshot either served before."""
     one, two = instances
     topic = new_topic(partitions=2, prefix="alt")
     acks = isk_load.Acks.of([topic])
     serve = 'bergstream_isk_kafka_read_bytes_total{cluster="load",purpose="serve"}'
+    seen: list[int] = []  # snapshot ids served so far, by either instance
     with isk_load.Producer(kafka_bootstrap, [topic], acks, RATE):
         counts: list[int] = []
         for round_ in range(8):
             loads, reads = (one, two) if round_ % 2 == 0 else (two, one)
             acked_at_start, _ = acks.snapshot(topic)
-            table = loads.catalog().load_table(f"hotset.{topic}")
+            table = loads.catalog().load_table(f"{namespace}.{topic}")
+            other = reads.catalog().load_table(f"{namespace}.{topic}")
+            for loaded in (table, other):
+                ids = [s.snapshot_id for s in loaded.metadata.snapshots]
+                assert ids[: len(seen)] == seen, (round_, seen, ids)
+                operations = {s.summary.operation.value for s in loaded.metadata.snapshots}
+                assert operations <= {"append"}, (round_, operations)
+                seen = ids
+            if other.metadata.current_snapshot_id == table.metadata.current_snapshot_id:
+                assert other.metadata_location == table.metadata_location
+                assert metadata_differences(other, table) == []
             # Every file the loading instance built is in the shared cache: the reading one
             # serves them without fetching from Kafka.
             before = isk_load.scrape(reads.metrics_port)
@@ -191,3 +209,8 @@ def test_a_client_alternating_between_instances_reads_every_record(
             time.sleep(0.5)
     assert not acks.failures, acks.failures[:3]
     assert counts == sorted(counts) and counts[-1] > counts[0], counts
+    # Once production stops, both serve the last state as one metadata file, byte for byte.
+    last_one = one.catalog().load_table(f"{namespace}.{topic}")
+    last_two = two.catalog().load_table(f"{namespace}.{topic}")
+    assert last_one.metadata_location == last_two.metadata_location
+    assert file_bytes(through(last_one, one)) == file_bytes(through(last_two, two))

@@ -8,7 +8,6 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pyiceberg.manifest import ManifestEntryStatus
 
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
@@ -20,13 +19,6 @@ from bergstream.plugins.isk_gateway.tables.snapshot_recorder import SnapshotReco
 from tests.isk_tables.fake_source import FakeLog
 from tests.isk_tables.support import open_table, scan_rows
 from tests.isk_tables.test_hotset import T0, expected_rows, make_provider
-
-
-@pytest.fixture
-def log() -> FakeLog:
-    log = FakeLog()
-    log.create("orders", 2)
-    return log
 
 
 def snapshot_ids(metadata: dict[str, Any]) -> list[int]:

@@ -48,13 +48,6 @@ def expected_rows(log_records: dict[int, list]) -> list[dict]:
     ]
 
 
-@pytest.fixture
-def log() -> FakeLog:
-    log = FakeLog()
-    log.create("orders", 2)
-    return log
-
-
 async def test_namespaces_and_tables(tmp_path: Path, log: FakeLog) -> None:
     provider = make_provider(tmp_path, log)
     assert await provider.list_namespaces() == ["hotset"]
@@ -96,16 +89,17 @@ async def test_table_reads_back_as_the_records(tmp_path: Path, log: FakeLog) -> 
 
     assert await scan_rows(provider, loaded) == expected_rows(records)
 
-    # chunks: p0 [0,10) [10,13) cut at midnight, [13,23), tail [23,25); p1 tail [0,4)
+    # chunks: p0 [0,10) [10,13) cut at midnight, [13,20) up to the next multiple of 10, tail
+    # [20,25); p1 tail [0,4)
     keys = [key for key, _size in await provider.list_keys("c1/hotset/orders/data/", 100)]
     ranges = sorted((parse_key(k).partition, parse_key(k).start, parse_key(k).end) for k in keys)
-    assert ranges == [(0, 0, 10), (0, 10, 13), (0, 13, 23), (0, 23, 25), (1, 0, 4)]
+    assert ranges == [(0, 0, 10), (0, 10, 13), (0, 13, 20), (0, 20, 25), (1, 0, 4)]
     days = {(parse_key(k).partition, parse_key(k).start): parse_key(k).bucket for k in keys}
     assert days[(0, 10)] + 1 == days[(0, 13)] == MIDNIGHT // DAY_MS
     indexed = provider.index.chunks(f"orders#{provider.layout}", 0)
     # The served tail is sealed too: the next snapshot cuts its chunks there.
     assert [(c.start_offset, c.end_offset) for c in indexed] == [
-        (0, 10), (10, 13), (13, 23), (23, 25)
+        (0, 10), (10, 13), (13, 20), (20, 25)
     ]  # fmt: skip
     tail = provider.index.chunks(f"orders#{provider.layout}", 1)
     assert [(c.start_offset, c.end_offset) for c in tail] == [(0, 4)]
@@ -223,14 +217,17 @@ async def test_hour_unit_cuts_chunks_by_hour_and_partitions_by_hour(
     assert [f["transform"] for f in spec["fields"]] == ["identity", "hour"]
     keys = [k for k, _ in await provider.list_keys("c1/hotset/orders/data/", 100)]
     parsed = sorted((parse_key(k) for k in keys), key=lambda k: k.start)
-    # cut at the top of the hour (offset 5) although a day-cut chunk would hold 10 offsets
-    assert [(k.start, k.end, k.unit) for k in parsed] == [(0, 5, "hour"), (5, 12, "hour")]
+    # cut at the top of the hour (offset 5) although a day-cut chunk would hold 10 offsets, and
+    # at the next multiple of 10
+    assert [(k.start, k.end, k.unit) for k in parsed] == [
+        (0, 5, "hour"), (5, 10, "hour"), (10, 12, "hour")
+    ]  # fmt: skip
     assert parsed[1].bucket == parsed[0].bucket + 1 == top_of_hour // hour_ms
     assert "/hour=" in keys[0] and "/day=" not in keys[0]
     # the index keeps hour chunks apart from day chunks of the same topic
     assert provider.index.chunks(f"orders#{layout_name('day', 'snappy')}", 0) == []
     hour_chunks = provider.index.chunks(f"orders#{provider.layout}", 0)
-    assert [(c.start_offset, c.end_offset) for c in hour_chunks] == [(0, 5), (5, 12)]
+    assert [(c.start_offset, c.end_offset) for c in hour_chunks] == [(0, 5), (5, 10), (10, 12)]
     # a file rebuilds from its hour key alone, byte for byte
     fresh = make_provider(tmp_path, log, name="b", unit="hour")
     for key in keys:

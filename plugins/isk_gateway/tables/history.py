@@ -17,6 +17,13 @@ Every snapshot is kept in the index backend (:meth:`IndexBackend.put_snapshot`) 
 every later LoadTable within the retention (``snapshot_max_age_seconds``,
 ``snapshot_max_count``). A snapshot whose files Kafka no longer holds (and the coldset snapshot it
 merges, if the lake expired it) is dropped from the history rather than served incomplete.
+
+ISK instances sharing a cache backend with ``put_if_absent`` also keep one log of each history
+in it (:mod:`.shared_history`): a LoadTable first adopts the snapshots others recorded
+(:meth:`SnapshotHistories.sync`), then plans; recording takes the log's next position or, if
+another instance took it first, adopts that one and has the caller plan again. So every
+instance lists the same snapshots and cuts chunks at the same watermarks: one log state has
+one metadata file, whichever instance serves it.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,18 +45,28 @@ from bergstream.core.api import TIMESTAMP_ID, ChunkEntry, IndexBackend, Snapshot
 from bergstream.plugins.isk_gateway.files.manifests import SEQUENCE_NUMBER
 from bergstream.plugins.isk_gateway.files.table_metadata import BuiltTable, SnapshotPlan
 from bergstream.plugins.isk_gateway.kafka.reader import PartitionOffsets
+from bergstream.plugins.isk_gateway.tables.shared_history import SharedEntry, SharedLog
 
 __all__ = [
+    "CHECKPOINT_POSITIONS",
+    "PLAN_ATTEMPTS",
     "HistoricSnapshot",
     "HistorySettings",
     "SnapshotHistories",
     "SnapshotState",
+    "history_contended",
     "history_table_name",
     "hot_floor",
     "kafka_holds",
 ]
 
 _STATE_FORMAT = 1
+#: Every this many positions, a shared log entry lists all of its snapshot's chunks.
+CHECKPOINT_POSITIONS = 64
+#: Plans a LoadTable makes while other instances keep recording snapshots before it.
+PLAN_ATTEMPTS = 8
+
+log = logging.getLogger("bergstream.isk.history")
 
 
 @dataclass(frozen=True)
@@ -83,6 +101,8 @@ class HistoricSnapshot:
     cold_snapshot_id: int | None = None
     #: When ISK recorded it (wall clock, ms): what the retention's age counts from.
     recorded_ms: int = 0
+    #: Its position in the table's shared log (:mod:`.shared_history`); None: this ISK's own.
+    position: int | None = None
 
     def snapshot(self) -> Snapshot:
         """The Iceberg snapshot of the table metadata."""
@@ -112,6 +132,7 @@ class HistoricSnapshot:
             "hot_floor": {str(p): o for p, o in sorted(self.hot_floor.items())},
             "cold_snapshot_id": self.cold_snapshot_id,
             "recorded_ms": self.recorded_ms,
+            "position": self.position,
         }
         return SnapshotRecord(
             snapshot_id=self.snapshot_id,
@@ -143,7 +164,16 @@ class HistoricSnapshot:
             hot_floor={int(p): int(o) for p, o in state["hot_floor"].items()},
             cold_snapshot_id=state["cold_snapshot_id"],
             recorded_ms=int(state["recorded_ms"]),
+            position=state.get("position"),
         )
+
+
+def history_contended(namespace: str, table: str) -> str:
+    """The error of a LoadTable that lost :data:`PLAN_ATTEMPTS` races for the shared log."""
+    return (
+        f"{namespace}.{table}: other ISK instances recorded {PLAN_ATTEMPTS} snapshots while "
+        "this one planned; retry the request"
+    )
 
 
 def history_table_name(namespace: str, table: str, layout: str | None) -> str:
@@ -178,6 +208,10 @@ class SnapshotState:
     ends: Mapping[int, int]
     hot_floor: Mapping[int, int]
     cold_snapshot_id: int | None = None
+    #: The hot chunks the plan's files were cut from, named as the index keeps them
+    #: (``index_topic``): a shared log passes the new ones on to the other instances.
+    chunks: Sequence[ChunkEntry] = ()
+    index_topic: str = ""
 
 
 #: The state at a parent's watermarks with the new files (the first of two steps), or None when
@@ -219,8 +253,20 @@ def _operation(parent: HistoricSnapshot | None, files: Mapping[str, int]) -> Ope
     return Operation.OVERWRITE
 
 
+def _new_chunks(
+    state: SnapshotState, parent: HistoricSnapshot | None, operation: Operation, position: int
+) -> list[ChunkEntry]:
+    """The chunks a shared log entry at ``position`` passes on: those of the files the snapshot
+    adds to an APPEND (past its parent's watermarks); all of them for any other operation, and
+    at every checkpoint position (where an instance new to the table starts reading)."""
+    if parent is None or operation != Operation.APPEND or position % CHECKPOINT_POSITIONS == 1:
+        return list(state.chunks)
+    return [c for c in state.chunks if c.start_offset >= parent.ends.get(c.partition, 0)]
+
+
 class SnapshotHistories:
-    """The histories of one ISK's synthesized tables, kept in its index backend."""
+    """The histories of one ISK's synthesized tables, kept in its index backend, and with a
+    shared log (:mod:`.shared_history`) in one order with every ISK instance sharing it."""
 
     def __init__(
         self,
@@ -228,9 +274,14 @@ class SnapshotHistories:
         settings: HistorySettings | None = None,
         clock: Callable[[], float] = time.time,
         kept: Callable[[str], Awaitable[bool]] | None = None,
+        shared: SharedLog | None = None,
     ) -> None:
         self.index = index
         self.settings = settings or HistorySettings()
+        #: The log shared with other instances (None: this instance's history is its own).
+        self.shared = shared
+        #: Per table, the newest position of the shared log adopted or written.
+        self._positions: dict[str, int] = {}
         self._clock = clock
         #: Whether the file store still has a manifest list (by URI): checked for each older
         #: snapshot when a table's history is first read (after a restart), since a cache
@@ -271,13 +322,16 @@ class SnapshotHistories:
         build: Build,
         servable: Servable,
         at_watermarks: AtWatermarks | None = None,
-    ) -> list[BuiltTable]:
+    ) -> list[BuiltTable] | None:
         """The metadata of ``state`` as the newest snapshot of table ``name``'s history,
         recording it (and the step before it, see the module doc) if it is new; the older
         snapshots that are still ``servable`` and within the retention are listed before it.
-        Returns every table built, the one to serve last."""
-        lock = self._locks.setdefault(name, asyncio.Lock())
-        async with lock:
+        Returns every table built, the one to serve last; None if another instance sharing
+        the log recorded a snapshot first (it is adopted: plan ``state`` again, from fresh
+        offsets, after :meth:`sync`)."""
+        async with self._lock(name):
+            if self.shared is not None and name not in self._positions:
+                await self._sync(name)
             history = await self._pruned(name, servable)
             if state.plan.snapshot_id is None:  # no rows: an empty table has no snapshot
                 return [await build(state.plan)]
@@ -296,12 +350,86 @@ class SnapshotHistories:
                         state.plan.snapshot_id,
                     ):
                         steps.insert(0, first)
+            # The retention counts the new snapshots too: the same state served again later
+            # (or by another instance) lists the same ones.
+            excess = len(history) + len(steps) - self.settings.max_count
+            if excess > 0 and history:
+                dropped = history[: min(excess, len(history))]
+                del history[: len(dropped)]
+                await asyncio.to_thread(
+                    self.index.drop_snapshots, name, [s.snapshot_id for s in dropped]
+                )
+                self._loaded[name] = list(history)
             built: list[BuiltTable] = []
             for step in steps:
-                table, head = await self._record(name, step, history, build)
+                recorded = await self._record(name, step, history, build)
+                if recorded is None:
+                    return None
+                table, head = recorded
                 history.append(head)
                 built.append(table)
             return built
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    async def sync(self, name: str) -> int:
+        """Adopt the snapshots other ISK instances appended to table ``name``'s shared log
+        since this one last looked, with the chunks of their files (a plan made after this
+        cuts the log where they did); how many entries were read. Nothing without a shared
+        log."""
+        if self.shared is None:
+            return 0
+        async with self._lock(name):
+            return await self._sync(name)
+
+    async def _sync(self, name: str) -> int:
+        shared = self.shared
+        assert shared is not None
+        history = await self.snapshots(name)
+        position = self._positions.get(name)
+        up_to = 0
+        if position is None:
+            position = max((s.position or 0 for s in history), default=0)
+            if position == 0:  # new to the table: read the retained part, from a checkpoint
+                up_to = await asyncio.to_thread(shared.head, name)
+                first = max(up_to - self.settings.max_count, 1)
+                position = (first - 1) // CHECKPOINT_POSITIONS * CHECKPOINT_POSITIONS
+        entries = await asyncio.to_thread(shared.entries_after, name, position, up_to)
+        for entry in entries:
+            await self._adopt(name, entry)
+        self._positions[name] = max([position] + [e.position for e in entries])
+        return len(entries)
+
+    async def _adopt(self, name: str, entry: SharedEntry) -> None:
+        """Make a shared log entry the newest snapshot of the local history (and its chunks
+        indexed), unless the history has it or a later one."""
+        snapshot = HistoricSnapshot.from_record(entry.record)
+        if snapshot is None:
+            log.warning("isk: shared history entry %d of %s has another format; skipped",
+                        entry.position, name)  # fmt: skip
+            return
+        snapshot = dataclasses.replace(snapshot, position=entry.position)
+        history = self._loaded.setdefault(name, [])
+        head = history[-1] if history else None
+        if head is not None and snapshot.sequence_number <= head.sequence_number:
+            return  # known, or older than what this instance serves (pruned since)
+        if head is not None and snapshot.parent_id != head.snapshot_id:
+            # Histories parted (a cache outage, or expired entries): follow the shared one from
+            # its parent on; without the parent, keep the older snapshots before it.
+            ids = [s.snapshot_id for s in history]
+            keep = ids.index(snapshot.parent_id) + 1 if snapshot.parent_id in ids else len(ids)
+            if keep < len(ids):
+                log.warning(
+                    "isk: %s: %d snapshots of this instance are not in the shared history; "
+                    "dropped for the shared one", name, len(ids) - keep,
+                )  # fmt: skip
+                await asyncio.to_thread(self.index.drop_snapshots, name, ids[keep:])
+                del history[keep:]
+        if entry.chunks:
+            await asyncio.to_thread(self.index.put_chunks, list(entry.chunks))
+        await asyncio.to_thread(self.index.put_snapshot, name, snapshot.record())
+        history.append(snapshot)
 
     async def _record(
         self,
@@ -309,8 +437,10 @@ class SnapshotHistories:
         state: SnapshotState,
         history: list[HistoricSnapshot],
         build: Build,
-    ) -> tuple[BuiltTable, HistoricSnapshot]:
-        """Build ``state`` as the child of the newest snapshot of ``history`` and record it."""
+    ) -> tuple[BuiltTable, HistoricSnapshot] | None:
+        """Build ``state`` as the child of the newest snapshot of ``history`` and record it;
+        None if another instance recorded the next position of the shared log first (its
+        entries are adopted: plan again)."""
         parent = history[-1] if history else None
         files = _files(state.plan)
         origins = {path: parent.files[path] for path in files if parent and path in parent.files}
@@ -352,6 +482,19 @@ class SnapshotHistories:
             cold_snapshot_id=state.cold_snapshot_id,
             recorded_ms=now_ms,
         )
+        if self.shared is not None:
+            position = self._positions.get(name, 0) + 1
+            recorded = dataclasses.replace(recorded, position=position)
+            chunks = _new_chunks(state, parent, plan.operation, position)
+            entry = SharedEntry(position, recorded.record(), state.index_topic, chunks)
+            won = await asyncio.to_thread(self.shared.append, name, entry)
+            if won is False:
+                await self._sync(name)
+                return None
+            if won:
+                self._positions[name] = position
+            else:  # the cache cannot tell: recorded here only (see _adopt)
+                recorded = dataclasses.replace(recorded, position=None)
         await asyncio.to_thread(self.index.put_snapshot, name, recorded.record())
         self._loaded.setdefault(name, []).append(recorded)
         return table, recorded

@@ -40,9 +40,11 @@ from bergstream.plugins.isk_gateway.files.table_metadata import (
     plan_table,
 )
 from bergstream.plugins.isk_gateway.tables.history import (
+    PLAN_ATTEMPTS,
     HistorySettings,
     SnapshotHistories,
     SnapshotState,
+    history_contended,
     history_table_name,
     hot_floor,
     kafka_holds,
@@ -54,7 +56,9 @@ from bergstream.plugins.isk_gateway.tables.provider import (
     LoadedTable,
     NoSuchNamespace,
     NoSuchTable,
+    ProviderUnavailable,
 )
+from bergstream.plugins.isk_gateway.tables.shared_history import SharedLog
 from bergstream.plugins.isk_gateway.tables.store import FileStore
 
 if TYPE_CHECKING:
@@ -119,8 +123,14 @@ class HotsetProvider:
             memory_files=memory_files,
             layouts=layouts,
         )
-        #: Each table's snapshots, kept in the index (time travel, incremental reads).
-        self.histories = SnapshotHistories(index, history, kept=self._kept)
+        #: Each table's snapshots, kept in the index (time travel, incremental reads), and in
+        #: the cache if it can be shared (a backend with ``put_if_absent``).
+        shared = (
+            SharedLog(self.store.cache, self.store.cache_key(""))
+            if SharedLog.can_share(self.store.cache)
+            else None
+        )
+        self.histories = SnapshotHistories(index, history, kept=self._kept, shared=shared)
         #: Who builds a missing file, first match wins (default: ``hotset-parquet`` on source).
         self.files = HotsetFiles(
             self.store,
@@ -157,16 +167,32 @@ class HotsetProvider:
             raise NoSuchTable(f"{table!r} is an internal topic, not served as a table")
         offsets = await self.source.offsets(table)
         typed = await self.layouts.resolve(table) if self.layouts is not None else None
-        chunks = await self.indexer.live_chunks(table, offsets, typed=typed)
-        end_offsets = {p: o.last_stable for p, o in offsets.items()}
-        plan = plan_table(self.bucket, self.cluster, table, chunks, end_offsets, self.unit, typed)
         layout = typed.digest if typed else None
-        built = await self.histories.serve(
-            history_table_name(HOTSET, table, layout),
-            SnapshotState(plan, end_offsets, hot_floor(chunks)),
-            self.build,
-            servable=lambda snapshot: kafka_holds(snapshot, offsets),
-        )
+        name = history_table_name(HOTSET, table, layout)
+        for attempt in range(PLAN_ATTEMPTS):
+            # Snapshots other instances recorded first: their watermarks cut this plan's chunks;
+            # offsets read before them may be older than theirs.
+            if await self.histories.sync(name) or attempt:
+                offsets = await self.source.offsets(table)
+            chunks = await self.indexer.live_chunks(table, offsets, typed=typed)
+            end_offsets = {p: o.last_stable for p, o in offsets.items()}
+            plan = plan_table(
+                self.bucket, self.cluster, table, chunks, end_offsets, self.unit, typed
+            )
+            state = SnapshotState(
+                plan, end_offsets, hot_floor(chunks),
+                chunks=chunks, index_topic=self.indexer.index_name(table, typed),
+            )  # fmt: skip
+            built = await self.histories.serve(
+                name,
+                state,
+                self.build,
+                servable=lambda snapshot, offsets=offsets: kafka_holds(snapshot, offsets),
+            )
+            if built is not None:
+                break
+        else:
+            raise ProviderUnavailable(history_contended(HOTSET, table))
         for older in built[:-1]:
             await self.keep_metadata(older)
         await self.keep_built(HOTSET, table, built[-1], chunks, layout=layout)

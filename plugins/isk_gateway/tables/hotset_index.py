@@ -1,14 +1,16 @@
 """The hotset's indexer: brings a topic's chunk index up to date and plans its chunks.
 
 A partition's log, from its log start (or a floor: the coldset's boundary) up to its last stable
-offset, is cut into chunks of up to ``chunk_records`` offsets, each cut again where the time
-bucket of its rows changes (:func:`..files.hotset_layout.build_chunk`). A *sealed* chunk (one that
-ends before the last stable offset, or holds ``chunk_records`` offsets) never changes: it is read
-from Kafka read_committed once, synthesized, kept in the file store and indexed with its exact
-Parquet size and bounds. The tail a LoadTable serves is sealed too (``seal_tail``): a served
-watermark is a snapshot of the table's history, so later snapshots cut their chunks at it and
-only add files (:mod:`.history`). The background indexer leaves the tail unsealed; it is
-remembered in memory so the next load with the same end reads nothing.
+offset, is cut into chunks at every multiple of ``chunk_records`` (so chunks hold up to that
+many offsets, and instances cut a log alike whatever offset each started from), each cut again
+where the time bucket of its rows changes (:func:`..files.hotset_layout.build_chunk`). A
+*sealed* chunk (one that ends before the last stable offset, or at a multiple of
+``chunk_records``) never changes: it is read from Kafka read_committed once, synthesized, kept
+in the file store and indexed with its exact Parquet size and bounds. The tail a LoadTable
+serves is sealed too (``seal_tail``): a served watermark is a snapshot of the table's history,
+so later snapshots cut their chunks at it and only add files (:mod:`.history`). The background
+indexer leaves the tail unsealed; it is remembered in memory so the next load with the same end
+reads nothing.
 
 Two callers: :meth:`HotsetIndexer.live_chunks` (LoadTable: every chunk a snapshot lists, indexing
 new sealed ones on the way) and :meth:`HotsetIndexer.index_topic` (one bounded step of the
@@ -167,7 +169,7 @@ class HotsetIndexer:
                 if position >= end:
                     continue
                 step.missing += end - position
-                step_end = min(end, position + max_chunks * self.chunk_records)
+                step_end = min(end, self._boundary(position, max_chunks))
                 await self._chunks(topic, partition, position, step_end, True, typed)
                 now = await self._indexed(topic, partition, position, typed)
                 reached = max([c.end_offset for c in now] + [position])
@@ -265,7 +267,7 @@ class HotsetIndexer:
                     chunks.append(known)
                     position = known.end_offset
                     continue
-                high = min(position + self.chunk_records, end)
+                high = min(self._boundary(position), end)
                 if prefetch is not None and prefetch[0] == (position, high):
                     fetched = await prefetch[1]
                 else:
@@ -274,7 +276,7 @@ class HotsetIndexer:
                     fetched = await self._fetch(topic, partition, position, high)
                 prefetch = None
                 if high < end:  # the next chunk starts at ``high`` unless a time cut ends this one
-                    following = (high, min(high + self.chunk_records, end))
+                    following = (high, min(self._boundary(high), end))
                     task = asyncio.create_task(self._fetch(topic, partition, *following))
                     prefetch = (following, task)
                 # Decoding and Parquet writing are CPU work: keep them off the event loop.
@@ -283,11 +285,8 @@ class HotsetIndexer:
                     topic, partition, position, high, fetched, self.unit, self.compression, typed,
                     release=True,
                 )  # fmt: skip
-                sealed = (
-                    seal_tail
-                    or chunk.end_offset < end
-                    or chunk.end_offset - position == self.chunk_records
-                )
+                complete = chunk.end_offset % self.chunk_records == 0
+                sealed = seal_tail or chunk.end_offset < end or complete
                 if chunk.row_count:
                     ISK_SYNTHESIZED_BYTES.labels(self.cluster, "data").inc(len(data))
                     key = chunk_key(self.cluster, chunk, self.unit, layout=digest or None)
@@ -307,6 +306,11 @@ class HotsetIndexer:
                 with contextlib.suppress(BaseException):
                     await prefetch[1]
         return chunks
+
+    def _boundary(self, position: int, chunks: int = 1) -> int:
+        """The ``chunks``-th multiple of ``chunk_records`` after ``position``: where a chunk
+        from ``position`` ends at the latest (the first) or a bounded step stops."""
+        return (position // self.chunk_records + chunks) * self.chunk_records
 
     async def _fetch(self, topic: str, partition: int, start: int, end: int) -> FetchedRange:
         """Records of ``[start, end)`` from Kafka, counted as read for indexing."""

@@ -41,8 +41,10 @@ from bergstream.plugins.isk_gateway.files.table_metadata import (
 from bergstream.plugins.isk_gateway.kafka.reader import PartitionOffsets
 from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider, ColdSnapshot
 from bergstream.plugins.isk_gateway.tables.history import (
+    PLAN_ATTEMPTS,
     HistoricSnapshot,
     SnapshotState,
+    history_contended,
     history_table_name,
     hot_floor,
     kafka_holds,
@@ -54,6 +56,7 @@ from bergstream.plugins.isk_gateway.tables.provider import (
     LoadedTable,
     NoSuchNamespace,
     NoSuchTable,
+    ProviderUnavailable,
     TableNotServable,
 )
 
@@ -83,6 +86,16 @@ class MergedProvider:
         self._check_namespace(namespace)
         if table.startswith("__"):
             raise NoSuchTable(f"{table!r} is an internal topic, not served as a table")
+        for attempt in range(PLAN_ATTEMPTS):
+            loaded = await self._load(table, synced=attempt > 0)
+            if loaded is not None:
+                ISK_LOAD_TABLES.labels(self.cluster, MERGED).inc()
+                return loaded
+        raise ProviderUnavailable(history_contended(MERGED, table))
+
+    async def _load(self, table: str, synced: bool) -> LoadedTable | None:
+        """One plan of the merged table, served; None if another instance recorded a snapshot
+        of its shared history first (plan again). ``synced``: the shared log was just read."""
         cold = await self.coldset.snapshot(table)
         if cold is not None:
             try:
@@ -106,6 +119,11 @@ class MergedProvider:
         if layouts is not None:
             layouts.remember_base(table, cold.base if cold is not None else None)
             typed = await layouts.resolve(table, base)
+        name = history_table_name(MERGED, table, typed.digest if typed is not None else None)
+        if not synced and await self.hotset.histories.sync(name):
+            # Snapshots other instances recorded: the coldset and offsets read before them may
+            # be older than theirs, and their watermarks cut this plan's chunks.
+            return await self._load(table, synced=True)
         chunks = await self.hotset.indexer.live_chunks(table, offsets, boundary, typed)
         self._record_lag(table, offsets, boundary)
         hot_spec = self._hot_spec(table, cold)
@@ -130,13 +148,18 @@ class MergedProvider:
                 self.bucket, self.cluster, older, MERGED, unit, hot_spec, layout=digest
             )
             first = self._plan(table, cold, boundary, base, typed, older, groups, ends, "\x00at")
-            return SnapshotState(first, ends, hot_floor(older), cold_id)
+            return SnapshotState(
+                first, ends, hot_floor(older), cold_id, chunks=older, index_topic=index_topic
+            )
 
         cold_id = cold.snapshot_id if cold is not None else None
         live_cold = cold.snapshot_ids if cold is not None else frozenset()
+        index_topic = self.hotset.indexer.index_name(table, typed)
         built = await self.hotset.histories.serve(
-            history_table_name(MERGED, table, digest),
-            SnapshotState(plan, end_offsets, hot_floor(chunks), cold_id),
+            name,
+            SnapshotState(
+                plan, end_offsets, hot_floor(chunks), cold_id, chunks, index_topic
+            ),
             self.hotset.build,
             servable=lambda snapshot: (
                 kafka_holds(snapshot, offsets)
@@ -144,11 +167,12 @@ class MergedProvider:
             ),
             at_watermarks=at_watermarks,
         )
+        if built is None:
+            return None
         for older_table in built[:-1]:
             await self.hotset.keep_metadata(older_table)
         cold_sizes = cold.sizes[MERGED] if cold else None
         await self.hotset.keep_built(MERGED, table, built[-1], chunks, cold_sizes, digest)
-        ISK_LOAD_TABLES.labels(self.cluster, MERGED).inc()
         return LoadedTable(built[-1].metadata_location, built[-1].metadata)
 
     def _plan(

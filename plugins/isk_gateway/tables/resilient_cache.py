@@ -14,6 +14,9 @@ A ``ValueError`` from a backend (a key it refuses, an entry above its size limit
 first refusal is logged as a warning with the backend's message (naming key, size and setting);
 later ones at most once a minute, with how many entries were refused since.
 
+``try_put_if_absent`` passes on a conditional backend's ``put_if_absent`` the same way (None when
+it cannot answer), for the shared snapshot history (:mod:`.shared_history`).
+
 Lookups are counted in ``bergstream_cache_requests{backend, result}``: ``hit``, ``miss``, or
 ``error`` (the backend failed, or was skipped because it is down).
 """
@@ -26,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from bergstream.core.api import CACHE_REQUESTS, CacheBackend
+from bergstream.core.api import CACHE_REQUESTS, CacheBackend, ConditionalCacheBackend
 
 __all__ = ["ResilientCache"]
 
@@ -190,6 +193,15 @@ class ResilientCache:
     def put(self, key: str, data: bytes | memoryview) -> None:
         """Store ``data`` under ``key`` if the backend is up and accepts it; never raises."""
         self._call("put", key, lambda: self.backend.put(key, data))
+
+    def try_put_if_absent(self, key: str, data: bytes) -> bool | None:
+        """The backend's ``put_if_absent`` (True: stored, False: an entry was there); None if
+        the backend has none, is down, failed or refused the entry. Never raises."""
+        backend = self.backend
+        if not isinstance(backend, ConditionalCacheBackend):
+            return None
+        answered, won = self._call("put_if_absent", key, lambda: backend.put_if_absent(key, data))
+        return bool(won) if answered else None
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if the backend is up; never raises."""
