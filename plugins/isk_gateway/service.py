@@ -337,8 +337,13 @@ class IskService:
             )
             self._indexer = asyncio.create_task(indexer.run())
         if c.snapshot_interval_seconds > 0 and self.provider is not None:
+            # Through the router, so a recorder's load of a table joins clients' loads of it:
+            # one load of a table runs at a time, and none serves older offsets than another.
+            router = self.provider
             recorder = SnapshotRecorder(
-                self.hotset.histories, self.provider.providers, c.snapshot_interval_seconds
+                self.hotset.histories,
+                {namespace: router for namespace in router.providers},
+                c.snapshot_interval_seconds,
             )
             self._recorder = asyncio.create_task(recorder.run())
         namespaces = ", ".join(await self.provider.list_namespaces())

@@ -15,6 +15,7 @@ from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
 from bergstream.plugins.isk_gateway.tables.history import HistorySettings
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from bergstream.plugins.isk_gateway.tables.paths import key_from_uri
+from bergstream.plugins.isk_gateway.tables.router import NamespaceRouter
 from bergstream.plugins.isk_gateway.tables.snapshot_recorder import SnapshotRecorder
 from tests.isk_tables.fake_source import FakeLog
 from tests.isk_tables.support import open_table, scan_rows
@@ -165,3 +166,35 @@ async def test_snapshots_whose_metadata_the_cache_lost_are_dropped(
     assert snapshot["snapshot-id"] == current and "parent-snapshot-id" not in snapshot
     assert [r.snapshot_id for r in restarted.index.snapshots("hotset/orders#raw")] == [current]
     assert await scan_rows(restarted, loaded) == expected_rows({0: first + more})
+
+
+async def test_the_recorder_through_the_router_never_loads_beside_a_client(
+    tmp_path: Path, log: FakeLog
+) -> None:
+    """As the service wires it: the recorder's loads join clients' loads of the same table, so
+    no load of a table runs beside another (one could serve older offsets than the other)."""
+    log.produce("orders", 0, 4, lambda i: T0 + i)
+    provider = make_provider(tmp_path, log)
+    router = NamespaceRouter({"hotset": provider}, provider.store)
+    await router.load_table("hotset", "orders")
+    running, most = 0, 0
+    load = provider.load_table
+
+    async def counted(namespace: str, table: str) -> Any:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            await asyncio.sleep(0.05)
+            return await load(namespace, table)
+        finally:
+            running -= 1
+
+    provider.load_table = counted  # type: ignore[method-assign]
+    recorder = SnapshotRecorder(provider.histories, {"hotset": router}, interval=0)
+    log.produce("orders", 1, 3, lambda i: T0 + 10 + i)
+    await asyncio.sleep(0.01)
+    await asyncio.gather(
+        recorder.record_due(), *(router.load_table("hotset", "orders") for _ in range(3))
+    )
+    assert most == 1
