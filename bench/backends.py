@@ -5,6 +5,11 @@ thread, for a small entry (metadata, ``--small`` bytes) and a large one (a data 
 ``--large`` bytes): latency p50/p99 and throughput (MB/s, ops/s). Each row's ``x local`` is its
 get ops/s divided by the ``local`` cache's at the same size (the baseline).
 
+Shared snapshot history (ISK replicas sharing a cache, :mod:`...tables.shared_history`), per
+cache: the read each LoadTable makes when no other replica recorded a snapshot (``sync``: one
+missing entry) and the writes of a new snapshot (``append``: a put-if-absent and the head hint),
+p50/p99; ``x get`` is the sync's p50 against the same cache's small-entry get p50.
+
 Indexes (``sqlite``, ``rocksdb``): ``--chunks`` chunks put in batches of 1 000 (chunks/s), then
 ``--lookups`` random range queries of one partition (``chunks(topic, p, start, start + 3 *
 chunk)``: 3 to 4 chunks each) - lookups/s and p50/p99; ``x sqlite`` is lookups/s against
@@ -30,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bergstream.core.backends import CacheBackend, ChunkEntry, IndexBackend
+from bergstream.core.backends import CacheBackend, ChunkEntry, IndexBackend, SnapshotRecord
 from bergstream.core.testing.backends import chunk
 from bergstream.devstack.stack import stack_down, stack_up
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
@@ -38,6 +43,7 @@ from bergstream.plugins.cache_backends.redis_cache import RedisCache
 from bergstream.plugins.cache_backends.s3_cache import S3Cache, minio_client
 from bergstream.plugins.index_backends.rocksdb_index import RocksIndex
 from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
+from bergstream.plugins.isk_gateway.tables.shared_history import SharedEntry, SharedLog
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,26 @@ def bench_cache(cache: CacheBackend, size: int, ops: int) -> tuple[Timing, Timin
     return puts, gets
 
 
+def bench_shared_log(cache: CacheBackend, ops: int) -> tuple[Timing, Timing]:
+    """``ops`` syncs of a table's shared log with nothing new, then ``ops`` appends of entries
+    of one new file each; check every append won."""
+    log = SharedLog(cache, f"bench-{uuid.uuid4().hex[:8]}/")
+    one = chunk(0, 1000, "bench#day", 0)
+
+    def entry(position: int) -> SharedEntry:
+        record = SnapshotRecord(position, position, 1_700_000_000_000, '{"format":1}')
+        return SharedEntry(position, record, "bench#day", [one])
+
+    def append(position: int) -> None:
+        if not log.append("hotset/bench#raw", entry(position)):
+            raise RuntimeError(f"append at {position} lost on a log nobody else writes")
+
+    append(1)
+    syncs = timed([lambda: log.entries_after("hotset/bench#raw", 1) for _ in range(ops)])
+    appends = timed([lambda p=position: append(p) for position in range(2, ops + 2)])
+    return syncs, appends
+
+
 def bench_index(index: IndexBackend, chunks: int, lookups: int) -> tuple[float, Timing]:
     """Put ``chunks`` chunks (4 partitions, 1 000 offsets each) in batches, then time random
     range queries; return (chunks/s put, lookups)."""
@@ -177,6 +203,7 @@ def main() -> None:
             for name, cache in caches.items():
                 puts, gets = bench_cache(cache, size, args.ops)
                 cache_rows.append((name, size, puts, gets))
+        log_rows = [(name, *bench_shared_log(cache, args.ops)) for name, cache in caches.items()]
         for cache in caches.values():
             cache.close()
 
@@ -208,6 +235,21 @@ def main() -> None:
             f"{puts.ops_per_s * mb:>9.1f} {gets.ms(0.5):>7.2f}ms {gets.ms(0.99):>7.2f}ms "
             f"{gets.ops_per_s * mb:>9.1f} {gets.ops_per_s:>9.0f} "
             f"{gets.ops_per_s / baseline[size]:>8.2f}"
+        )
+    print()
+    print(f"Shared snapshot history ({args.ops} syncs with nothing new + {args.ops} appends)")
+    header = (
+        f"{'backend':<8} {'sync p50':>9} {'sync p99':>9} {'append p50':>11} {'append p99':>11} "
+        f"{'x get':>7}"
+    )
+    print(header)
+    print("-" * len(header))
+    small_get = {name: gets.ms(0.5) for name, size, _p, gets in cache_rows if size == args.small}
+    for name, syncs, appends in log_rows:
+        print(
+            f"{name:<8} {syncs.ms(0.5):>7.2f}ms {syncs.ms(0.99):>7.2f}ms "
+            f"{appends.ms(0.5):>9.2f}ms {appends.ms(0.99):>9.2f}ms "
+            f"{syncs.ms(0.5) / small_get[name]:>7.2f}"
         )
     print()
     print(

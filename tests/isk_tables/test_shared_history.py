@@ -5,6 +5,7 @@ and every snapshot one served stays in the history the other serves."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -133,10 +134,14 @@ async def test_an_instance_whose_cache_cannot_share_keeps_its_own_history(
     assert len(ids(await provider.load_table("hotset", "orders"))) == 1
 
 
-def test_a_shared_entry_round_trips_with_binary_bounds() -> None:
+def test_a_shared_entry_round_trips_with_binary_and_time_bounds() -> None:
     chunk = ChunkEntry(
         "orders#day", 1, 10, 13, 3, 999,
-        {"kafka_offset": (10, 12), "kafka_key": (b"\x00a", b"\xffz")},
+        {
+            "kafka_offset": (10, 12),
+            "kafka_key": (b"\x00a", b"\xffz"),
+            "at": (dt.datetime(2026, 11, 25, tzinfo=dt.UTC), dt.datetime(2026, 11, 26, 1, 2)),
+        },
     )  # fmt: skip
     entry = SharedEntry(7, SnapshotRecord(5, 2, T0, '{"format":1}'), "orders#day", [chunk])
     assert SharedEntry.decode(entry.encode()) == entry

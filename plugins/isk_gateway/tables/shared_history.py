@@ -19,6 +19,7 @@ common history until the next snapshot one of them records.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import logging
 from collections.abc import Sequence
@@ -85,17 +86,23 @@ class SharedEntry:
 
 
 def _bound(value: Any) -> Any:
-    """A bound in JSON: ints and strings as they are, bytes tagged (base64), as the index keeps
-    them (Iceberg's lower and upper bounds of ints, timestamps in µs, and binary keys)."""
+    """A bound in JSON: ints and strings as they are, bytes and datetimes tagged, as an index
+    may keep them (ISK's own are ints: offsets, partitions, timestamps in µs)."""
     if isinstance(value, bytes | bytearray | memoryview):
         return {"b64": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, dt.datetime):
+        return {"datetime": value.isoformat()}
     if isinstance(value, int | str) and not isinstance(value, bool):
         return value
     raise TypeError(f"a chunk bound of type {type(value).__name__} cannot be shared: {value!r}")
 
 
 def _unbound(value: Any) -> Any:
-    return base64.b64decode(value["b64"]) if isinstance(value, dict) else value
+    if isinstance(value, dict):
+        if "datetime" in value:
+            return dt.datetime.fromisoformat(value["datetime"])
+        return base64.b64decode(value["b64"])
+    return value
 
 
 def _chunk(chunk: ChunkEntry) -> list[Any]:
