@@ -220,55 +220,54 @@ def main() -> None:
                 index.close()
             index_rows.append((name, put_rate, lookups))
 
-    print(f"Cache backends ({args.ops} puts + {args.ops} gets per row, one thread)")
-    header = (
-        f"{'backend':<8} {'entry':>9} {'put p50':>9} {'put p99':>9} {'put MB/s':>9} "
-        f"{'get p50':>9} {'get p99':>9} {'get MB/s':>9} {'get op/s':>9} {'x local':>8}"
-    )
-    print(header)
-    print("-" * len(header))
     baseline = {size: gets.ops_per_s for name, size, _p, gets in cache_rows if name == "local"}
-    for name, size, puts, gets in cache_rows:
-        mb = size / 1e6
-        print(
+    _table(
+        f"Cache backends ({args.ops} puts + {args.ops} gets per row, one thread)",
+        f"{'backend':<8} {'entry':>9} {'put p50':>9} {'put p99':>9} {'put MB/s':>9} "
+        f"{'get p50':>9} {'get p99':>9} {'get MB/s':>9} {'get op/s':>9} {'x local':>8}",
+        [
             f"{name:<8} {_size(size):>9} {puts.ms(0.5):>7.2f}ms {puts.ms(0.99):>7.2f}ms "
-            f"{puts.ops_per_s * mb:>9.1f} {gets.ms(0.5):>7.2f}ms {gets.ms(0.99):>7.2f}ms "
-            f"{gets.ops_per_s * mb:>9.1f} {gets.ops_per_s:>9.0f} "
+            f"{puts.ops_per_s * size / 1e6:>9.1f} {gets.ms(0.5):>7.2f}ms {gets.ms(0.99):>7.2f}ms "
+            f"{gets.ops_per_s * size / 1e6:>9.1f} {gets.ops_per_s:>9.0f} "
             f"{gets.ops_per_s / baseline[size]:>8.2f}"
-        )
-    print()
-    print(f"Shared snapshot history ({args.ops} syncs with nothing new + {args.ops} appends)")
-    header = (
-        f"{'backend':<8} {'sync p50':>9} {'sync p99':>9} {'append p50':>11} {'append p99':>11} "
-        f"{'x get':>7}"
+            for name, size, puts, gets in cache_rows
+        ],
     )
-    print(header)
-    print("-" * len(header))
     small_get = {name: gets.ms(0.5) for name, size, _p, gets in cache_rows if size == args.small}
-    for name, syncs, appends in log_rows:
-        print(
+    _table(
+        f"Shared snapshot history ({args.ops} syncs with nothing new + {args.ops} appends)",
+        f"{'backend':<8} {'sync p50':>9} {'sync p99':>9} {'append p50':>11} {'append p99':>11} "
+        f"{'x get':>7}",
+        [
             f"{name:<8} {syncs.ms(0.5):>7.2f}ms {syncs.ms(0.99):>7.2f}ms "
             f"{appends.ms(0.5):>9.2f}ms {appends.ms(0.99):>9.2f}ms "
             f"{syncs.ms(0.5) / small_get[name]:>7.2f}"
-        )
-    print()
-    print(
-        f"Index backends ({args.chunks} chunks in 4 partitions, {args.lookups} random range "
-        "queries of 3-4 chunks)"
+            for name, syncs, appends in log_rows
+        ],
     )
-    header = (
-        f"{'backend':<8} {'put chunks/s':>13} {'lookups/s':>10} {'p50':>9} {'p99':>9} "
-        f"{'x sqlite':>9}"
-    )
-    print(header)
-    print("-" * len(header))
     base = next(lookups.ops_per_s for name, _r, lookups in index_rows if name == "sqlite")
-    for name, put_rate, lookups in index_rows:
-        print(
+    _table(
+        f"Index backends ({args.chunks} chunks in 4 partitions, {args.lookups} random range "
+        "queries of 3-4 chunks)",
+        f"{'backend':<8} {'put chunks/s':>13} {'lookups/s':>10} {'p50':>9} {'p99':>9} "
+        f"{'x sqlite':>9}",
+        [
             f"{name:<8} {put_rate:>13.0f} {lookups.ops_per_s:>10.0f} "
             f"{lookups.ms(0.5) * 1000:>7.1f}us {lookups.ms(0.99) * 1000:>7.1f}us "
             f"{lookups.ops_per_s / base:>9.2f}"
-        )
+            for name, put_rate, lookups in index_rows
+        ],
+    )
+
+
+def _table(title: str, header: str, rows: list[str]) -> None:
+    """Print a titled table: the header, a rule, the rows, then a blank line."""
+    print(title)
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        print(row)
+    print()
 
 
 def _size(size: int) -> str:
