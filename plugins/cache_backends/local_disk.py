@@ -23,6 +23,7 @@ import os
 import struct
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from crc32c import crc32c
@@ -119,56 +120,48 @@ class LocalDiskCache:
 
     def put(self, key: str, data: bytes | memoryview) -> None:
         """Store ``data`` under ``key`` atomically; an entry above ``max_bytes`` is not kept."""
-        path = self._entry_path(key)
         size = _HEADER.size + len(data)
         if size > self.max_bytes:
             log.debug("cache entry %s (%d bytes) exceeds max_bytes; not cached", key, size)
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name[: -len(_SUFFIX)]}{_TMP}{uuid.uuid4().hex}")
-        header = _HEADER.pack(_MAGIC, crc32c(data), len(data))
-        try:
-            with open(tmp, "wb") as file:
-                file.write(header)
-                file.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        with self._lock:
-            self._estimate += size
-            over = self._estimate > self.max_bytes
-        if over:
-            self._evict()
+        self._store(key, data, os.replace)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Store ``data`` under ``key`` unless an entry is there (True if stored): the entry is
         written whole to a temporary file, then hard-linked to its name, which fails if the name
         exists, so of concurrent writers (processes sharing the directory too) one wins."""
-        path = self._entry_path(key)
         size = _HEADER.size + len(data)
         if size > self.max_bytes:
             raise ValueError(
                 f"cache entry {key!r} ({size} bytes) exceeds max_bytes={self.max_bytes}"
             )
+        try:
+            self._store(key, data, os.link)
+        except FileExistsError:
+            return False
+        return True
+
+    def _store(
+        self, key: str, data: bytes | memoryview, install: Callable[[Path, Path], None]
+    ) -> None:
+        """Write the entry whole to a temporary file beside its path, ``install(temporary,
+        path)`` it (a rename replaces, a hard link fails if the path exists), and count it
+        towards ``max_bytes``."""
+        path = self._entry_path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name[: -len(_SUFFIX)]}{_TMP}{uuid.uuid4().hex}")
         try:
             with open(tmp, "wb") as file:
                 file.write(_HEADER.pack(_MAGIC, crc32c(data), len(data)))
                 file.write(data)
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return False
+            install(tmp, path)
         finally:
-            tmp.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)  # left only by a hard link or a failure
         with self._lock:
-            self._estimate += size
+            self._estimate += _HEADER.size + len(data)
             over = self._estimate > self.max_bytes
         if over:
             self._evict()
-        return True
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""

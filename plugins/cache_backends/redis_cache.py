@@ -91,6 +91,16 @@ class RedisCache:
     def put(self, key: str, data: bytes | memoryview) -> None:
         """Store ``data`` under ``key`` (one ``SET``, with ``EX`` if a TTL is set); raise
         :class:`CacheEntryTooLargeError` if it is above ``max_entry_bytes``."""
+        self.client.set(self._sized_name(key, data), seal(data), ex=self.ttl_seconds)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Store ``data`` under ``key`` unless it is there (one ``SET ... NX``); True if stored."""
+        name = self._sized_name(key, data)
+        return bool(self.client.set(name, seal(data), ex=self.ttl_seconds, nx=True))
+
+    def _sized_name(self, key: str, data: bytes | memoryview) -> bytes:
+        """The Redis key of ``key``; raise :class:`CacheEntryTooLargeError` if ``data`` is above
+        ``max_entry_bytes``."""
         name = self._name(key)
         if len(data) + HEADER_BYTES > self.max_entry_bytes:
             raise CacheEntryTooLargeError(
@@ -98,17 +108,7 @@ class RedisCache:
                 f"max_entry_bytes={self.max_entry_bytes} (cache.config.max_entry_bytes); "
                 "not cached (raise the limit, or use the local or s3 cache for large files)"
             )
-        self.client.set(name, seal(data), ex=self.ttl_seconds)
-
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Store ``data`` under ``key`` unless it is there (one ``SET ... NX``); True if stored."""
-        name = self._name(key)
-        if len(data) + HEADER_BYTES > self.max_entry_bytes:
-            raise CacheEntryTooLargeError(
-                f"redis cache: entry {key!r} is {len(data)} bytes (+{HEADER_BYTES} header), above "
-                f"max_entry_bytes={self.max_entry_bytes} (cache.config.max_entry_bytes)"
-            )
-        return bool(self.client.set(name, seal(data), ex=self.ttl_seconds, nx=True))
+        return name
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""

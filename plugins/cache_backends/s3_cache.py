@@ -20,6 +20,7 @@ import io
 import logging
 import threading
 import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import urllib3
@@ -134,15 +135,20 @@ class S3Cache:
         """Store ``data`` under ``key`` in one PUT (atomic on the server)."""
         name = self._name(key)
         blob = seal(data)
+        self._in_bucket(lambda: self._put(name, blob))
+        if self.max_bytes is not None:
+            self._account(len(blob))
+
+    def _in_bucket(self, write: Callable[[], None]) -> None:
+        """Run ``write``; if the bucket is missing and ``create_bucket`` is set, create it and
+        run ``write`` again."""
         try:
-            self._put(name, blob)
+            write()
         except S3Error as error:
             if error.code != "NoSuchBucket" or not self.create_bucket:
                 raise
             self._ensure_bucket()
-            self._put(name, blob)
-        if self.max_bytes is not None:
-            self._account(len(blob))
+            write()
 
     def _put(self, name: str, blob: bytes) -> None:
         self.client.put_object(
@@ -161,19 +167,11 @@ class S3Cache:
         name = self._name(key)
         blob = seal(data)
         try:
-            self._put_new(name, blob)
+            self._in_bucket(lambda: self._put_new(name, blob))
         except S3Error as error:
             if error.code in _EXISTS:
                 return False
-            if error.code != "NoSuchBucket" or not self.create_bucket:
-                raise
-            self._ensure_bucket()
-            try:
-                self._put_new(name, blob)
-            except S3Error as again:
-                if again.code in _EXISTS:
-                    return False
-                raise
+            raise
         if self.max_bytes is not None:
             self._account(len(blob))
         return True

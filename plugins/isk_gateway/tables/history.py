@@ -354,7 +354,7 @@ class SnapshotHistories:
             # (or by another instance) lists the same ones.
             excess = len(history) + len(steps) - self.settings.max_count
             if excess > 0 and history:
-                dropped = history[: min(excess, len(history))]
+                dropped = history[:excess]
                 del history[: len(dropped)]
                 await asyncio.to_thread(
                     self.index.drop_snapshots, name, [s.snapshot_id for s in dropped]

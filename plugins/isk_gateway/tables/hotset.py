@@ -169,6 +169,7 @@ class HotsetProvider:
         typed = await self.layouts.resolve(table) if self.layouts is not None else None
         layout = typed.digest if typed else None
         name = history_table_name(HOTSET, table, layout)
+        index_topic = self.indexer.index_name(table, typed)
         for attempt in range(PLAN_ATTEMPTS):
             # Snapshots other instances recorded first: their watermarks cut this plan's chunks;
             # offsets read before them may be older than theirs.
@@ -181,7 +182,7 @@ class HotsetProvider:
             )
             state = SnapshotState(
                 plan, end_offsets, hot_floor(chunks),
-                chunks=chunks, index_topic=self.indexer.index_name(table, typed),
+                chunks=chunks, index_topic=index_topic,
             )  # fmt: skip
             built = await self.histories.serve(
                 name,

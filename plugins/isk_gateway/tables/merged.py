@@ -119,7 +119,9 @@ class MergedProvider:
         if layouts is not None:
             layouts.remember_base(table, cold.base if cold is not None else None)
             typed = await layouts.resolve(table, base)
-        name = history_table_name(MERGED, table, typed.digest if typed is not None else None)
+        digest = typed.digest if typed is not None else None
+        index_topic = self.hotset.indexer.index_name(table, typed)
+        name = history_table_name(MERGED, table, digest)
         if not synced and await self.hotset.histories.sync(name):
             # Snapshots other instances recorded: the coldset and offsets read before them may
             # be older than theirs, and their watermarks cut this plan's chunks.
@@ -128,7 +130,6 @@ class MergedProvider:
         self._record_lag(table, offsets, boundary)
         hot_spec = self._hot_spec(table, cold)
         unit = self.hotset.unit
-        digest = typed.digest if typed is not None else None
         hot_groups = hotset_groups(
             self.bucket, self.cluster, chunks, MERGED, unit, hot_spec, layout=digest
         )
@@ -154,12 +155,9 @@ class MergedProvider:
 
         cold_id = cold.snapshot_id if cold is not None else None
         live_cold = cold.snapshot_ids if cold is not None else frozenset()
-        index_topic = self.hotset.indexer.index_name(table, typed)
         built = await self.hotset.histories.serve(
             name,
-            SnapshotState(
-                plan, end_offsets, hot_floor(chunks), cold_id, chunks, index_topic
-            ),
+            SnapshotState(plan, end_offsets, hot_floor(chunks), cold_id, chunks, index_topic),
             self.hotset.build,
             servable=lambda snapshot: (
                 kafka_holds(snapshot, offsets)
