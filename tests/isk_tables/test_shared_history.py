@@ -15,7 +15,7 @@ from bergstream.core.api import ChunkEntry, SnapshotRecord
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
 from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
 from bergstream.plugins.isk_gateway.tables import history as history_module
-from bergstream.plugins.isk_gateway.tables.history import HistorySettings
+from bergstream.plugins.isk_gateway.tables.history import HistorySettings, history_table_name
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from bergstream.plugins.isk_gateway.tables.provider import LoadedTable
 from bergstream.plugins.isk_gateway.tables.shared_history import SharedEntry, SharedLog
@@ -147,3 +147,24 @@ def test_a_shared_entry_round_trips_with_binary_and_time_bounds() -> None:
     assert SharedEntry.decode(entry.encode()) == entry
     assert SharedEntry.decode(b"not json") is None
     assert SharedEntry.decode(b'{"format": 99}') is None
+
+
+async def test_an_entry_this_version_cannot_read_is_passed_over_not_waited_on(
+    tmp_path: Path, log: FakeLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An entry of another format (a newer bergstream during a rolling upgrade) holds its
+    # position: instances skip it and record after it, rather than losing that position forever.
+    one, two = instance(tmp_path, log, "one"), instance(tmp_path, log, "two")
+    log.produce("orders", 0, 5, lambda i: T0 + i)
+    first = await one.load_table("hotset", "orders")
+    shared = one.histories.shared
+    assert shared is not None
+    name = history_table_name("hotset", "orders", None)
+    assert shared.cache.put_if_absent(shared.prefix + f"history/{name}/{2:012d}", b'{"format":2}')
+    for provider in (two, one, two):
+        log.produce("orders", 1, 3, lambda i: T0 + 100 + i)
+        loaded = await provider.load_table("hotset", "orders")
+        assert ids(loaded)[: len(ids(first))] == ids(first)
+        assert operations(loaded) == ["append"] * len(ids(loaded))
+    assert await one.load_table("hotset", "orders") == loaded
+    assert "is not readable; skipped" in caplog.text

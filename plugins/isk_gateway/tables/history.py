@@ -376,8 +376,8 @@ class SnapshotHistories:
     async def sync(self, name: str) -> int:
         """Adopt the snapshots other ISK instances appended to table ``name``'s shared log
         since this one last looked, with the chunks of their files (a plan made after this
-        cuts the log where they did); how many entries were read. Nothing without a shared
-        log."""
+        cuts the log where they did); how many positions it moved on (an entry this version
+        cannot read is passed over). Nothing without a shared log."""
         if self.shared is None:
             return 0
         async with self._lock(name):
@@ -395,11 +395,11 @@ class SnapshotHistories:
                 up_to = await asyncio.to_thread(shared.head, name)
                 first = max(up_to - self.settings.max_count, 1)
                 position = (first - 1) // CHECKPOINT_POSITIONS * CHECKPOINT_POSITIONS
-        entries = await asyncio.to_thread(shared.entries_after, name, position, up_to)
+        entries, last = await asyncio.to_thread(shared.entries_after, name, position, up_to)
         for entry in entries:
             await self._adopt(name, entry)
-        self._positions[name] = max([position] + [e.position for e in entries])
-        return len(entries)
+        self._positions[name] = last
+        return last - position
 
     async def _adopt(self, name: str, entry: SharedEntry) -> None:
         """Make a shared log entry the newest snapshot of the local history (and its chunks

@@ -140,27 +140,34 @@ class SharedLog:
         suffix = f"{position:012d}" if isinstance(position, int) else position
         return f"{self.prefix}history/{name}/{suffix}"
 
-    def entry(self, name: str, position: int) -> SharedEntry | None:
-        """The entry at ``position`` of table ``name``'s log; None if absent (or unreadable)."""
-        data = self.cache.get(self._key(name, position))
+    def _read(self, name: str, position: int) -> tuple[bool, SharedEntry | None]:
+        """Whether table ``name``'s log has an entry at ``position``, and the entry if this
+        version can read it (one it cannot, of another format, still holds its position)."""
+        key = self._key(name, position)
+        data = self.cache.get(key)
         if data is None:
-            return None
+            return False, None
         entry = SharedEntry.decode(data)
         if entry is None or entry.position != position:
-            log.warning("isk: shared history entry %s is not readable; skipped",
-                        self._key(name, position))  # fmt: skip
-            return None
-        return entry
+            log.warning("isk: shared history entry %s is not readable; skipped", key)
+            return True, None
+        return True, entry
 
-    def entries_after(self, name: str, position: int, up_to: int = 0) -> list[SharedEntry]:
-        """The entries after ``position``, in order: up to the first absent one past ``up_to``
-        (absent ones up to ``up_to`` are skipped: expired, or never written)."""
+    def entries_after(
+        self, name: str, position: int, up_to: int = 0
+    ) -> tuple[list[SharedEntry], int]:
+        """The readable entries after ``position``, in order, up to the first absent one past
+        ``up_to`` (absent ones up to ``up_to`` are skipped: expired, or never written); and the
+        last position taken, read or not (``position`` if none)."""
         found = []
+        last = position
         at = position + 1
         while True:
-            entry = self.entry(name, at)
-            if entry is None and at > up_to:
-                return found
+            present, entry = self._read(name, at)
+            if not present and at > up_to:
+                return found, last
+            if present:
+                last = at
             if entry is not None:
                 found.append(entry)
             at += 1
