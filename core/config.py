@@ -28,6 +28,7 @@ from bergstream.core.lake import LakeConfig, LakeConfigError, resolve_lake
 from bergstream.core.models import Bootstrap, StrictModel
 from bergstream.core.problems import Loc, Problem, format_loc, pydantic_problems
 from bergstream.core.sections import check_sections
+from bergstream.core.table_modes import TablesSettings
 
 if TYPE_CHECKING:
     from bergstream.core.plugins import PluginRegistry
@@ -230,6 +231,10 @@ class BergstreamConfig(StrictModel):
     codecs: CodecsSettings = Field(
         default_factory=CodecsSettings,
         description="which topics' values and keys become typed columns, and the Schema Registry",
+    )
+    tables: TablesSettings = Field(
+        default_factory=TablesSettings,
+        description="which topics' tables hold a current state (upsert, debezium) besides the log",
     )
     source: str = Field("<memory>", exclude=True, description="(internal) where it was loaded from")
     sections: dict[str, Any] = Field(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from bergstream.core.home import bergstream_home
 from bergstream.core.kafka_client import KafkaClientSettings
@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
 __all__ = [
+    "DEFAULT_CURRENT_NAMESPACE",
     "DEFAULT_NAMESPACE",
+    "DEFAULT_REJECTED_NAMESPACE",
     "LakeCatalogConfig",
     "LakeConfig",
     "LakeConfigError",
@@ -38,6 +40,10 @@ __all__ = [
 
 #: Namespace of the topic tables unless ``lake.namespace`` says otherwise.
 DEFAULT_NAMESPACE = "coldset"
+#: Namespace of the state tables of upsert and debezium topics (``lake.current_namespace``).
+DEFAULT_CURRENT_NAMESPACE = "current"
+#: Namespace of the tables of records a state table could not apply (``lake.rejected_namespace``).
+DEFAULT_REJECTED_NAMESPACE = "rejected"
 
 
 class LakeConfigError(ValueError):
@@ -106,6 +112,18 @@ class LakeConfig(StrictModel):
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
         description="Iceberg namespace of the topic tables",
     )
+    current_namespace: str = Field(
+        DEFAULT_CURRENT_NAMESPACE,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Iceberg namespace of the state tables the pipeline keeps for upsert and "
+        "debezium topics (tables: section)",
+    )
+    rejected_namespace: str = Field(
+        DEFAULT_REJECTED_NAMESPACE,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Iceberg namespace of the records a state table could not apply, with the "
+        "reason",
+    )
     catalog: LakeCatalogConfig = Field(default_factory=LakeCatalogConfig)
     s3: LakeS3Config | None = Field(None, description="S3 settings for an s3:// warehouse")
     pipeline: Annotated[dict[str, Any], SectionSlot(_PIPELINE_PLUGIN)] = Field(
@@ -116,6 +134,20 @@ class LakeConfig(StrictModel):
         default_factory=dict,
         description="what `bergstream pipeline maintain` does (defined by the pipeline)",
     )
+
+    @model_validator(mode="after")
+    def _distinct_namespaces(self) -> LakeConfig:
+        names = {
+            "namespace": self.namespace,
+            "current_namespace": self.current_namespace,
+            "rejected_namespace": self.rejected_namespace,
+        }
+        if len(set(names.values())) < len(names):
+            raise ValueError(
+                "namespace, current_namespace and rejected_namespace must differ (a topic has a "
+                f"table in each): {names}"
+            )
+        return self
 
 
 # --------------------------------------------------------------------------- resolution
@@ -154,10 +186,21 @@ class ResolvedLake:
         """(namespace, table) of a topic's table: the table is named like the topic."""
         return (self.namespace, topic)
 
-    def spark_table_name(self, topic: str) -> str:
-        """``catalog.namespace.`topic``` for Spark SQL (the topic may hold dots and dashes)."""
+    def spark_table_name(self, topic: str, namespace: str | None = None) -> str:
+        """``catalog.namespace.`topic``` for Spark SQL (the topic may hold dots and dashes); the
+        topic's log table, or its table in ``namespace``."""
         quoted = topic.replace("`", "``")
-        return f"{self.catalog_name}.{self.namespace}.`{quoted}`"
+        return f"{self.catalog_name}.{namespace or self.namespace}.`{quoted}`"
+
+    @property
+    def current_namespace(self) -> str:
+        """The namespace of the state tables of upsert and debezium topics."""
+        return self.config.current_namespace
+
+    @property
+    def rejected_namespace(self) -> str:
+        """The namespace of the tables of records a state table could not apply."""
+        return self.config.rejected_namespace
 
 
 def _sqlite_uri(uri: str | None, home: Path) -> str:

@@ -23,6 +23,7 @@ from bergstream.core.api import (
     hookimpl,
     load_config,
     load_registry,
+    mode_rule_for,
 )
 from bergstream.pipeline.settings import (
     MAINTENANCE_SECTION,
@@ -135,7 +136,14 @@ def register_commands(cli: click.Group) -> None:
         spark = _spark(lake)
         try:
             result = run_pipeline(
-                spark, lake, topic, once=once, report=_echo, stop=stop, codecs=codecs
+                spark,
+                lake,
+                topic,
+                once=once,
+                report=_echo,
+                stop=stop,
+                codecs=codecs,
+                mode=mode_rule_for(config.tables, topic),
             )
         except (PipelineError, PipelineSetupError) as error:
             raise click.ClickException(str(error)) from None

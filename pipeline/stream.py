@@ -32,6 +32,8 @@ from bergstream.core.api import (
     BOUNDARY_PROPERTY,
     ROW_SCHEMA,
     Boundary,
+    TableMode,
+    TableModeRule,
     format_boundary,
     merge_boundaries,
     report_undecodable,
@@ -47,6 +49,7 @@ from bergstream.pipeline.kafka import (
 from bergstream.pipeline.kafka_fetch import FetchSettings
 from bergstream.pipeline.session import PipelineSetupError
 from bergstream.pipeline.settings import PipelineLake, cluster_warnings
+from bergstream.pipeline.state_table import StateKeeper
 from bergstream.pipeline.tables import LakeTable, open_table
 from bergstream.pipeline.typed import TopicTyping
 from bergstream.pipeline.typed_batch import TypedBatches
@@ -185,8 +188,10 @@ class BatchWriter:
         report: Report,
         typed: TypedBatches | None = None,
         fetch: FetchSettings | None = None,
+        state: StateKeeper | None = None,
     ):
         self.table = table
+        self.state = state
         self.checkpoint = checkpoint
         self.result = result
         self.report = report
@@ -198,7 +203,8 @@ class BatchWriter:
         end = batch_end_offsets(self.checkpoint, batch_id, self.table.topic)
         old = self.table.boundary()
         if all(offset <= old.get(partition, 0) for partition, offset in end.items()):
-            return  # a replay of a batch the table already has
+            self.catch_up_state()  # a replay of a batch the log table already has
+            return
         rows = batch.where(_keep_condition(old))
         if rows.isEmpty():
             return  # only aborted records or transaction markers: no snapshot
@@ -215,6 +221,24 @@ class BatchWriter:
             report_undecodable("pipeline", self.table.topic, causes)
             undecodable = sum(causes.values())
         self._account(batch_id, text, new, undecodable)
+        self.catch_up_state()
+
+    def catch_up_state(self) -> None:
+        """Apply what the log table has and the topic's state table lacks (upsert and
+        debezium topics)."""
+        if self.state is None:
+            return
+        step = self.state.catch_up()
+        if step is None:
+            return
+        self.report(
+            f"state {self.state.lake.current_namespace}.{self.table.topic}: "
+            f"{step.rows_read:,} change(s) -> {step.upserts:,} row(s) written, "
+            f"{step.deleted_rows:,} replaced or deleted"
+            + (", truncated" if step.truncated else "")
+            + (f", {step.rejected:,} rejected" if step.rejected else "")
+            + f" in {step.seconds:.2f} s | offsets {_offsets_text(step.boundary)}"
+        )
 
     def _with_table_columns(self, rows: DataFrame) -> DataFrame:
         """Raw rows for a table that has typed columns (its topic is no longer typed by the
@@ -304,6 +328,7 @@ def run_pipeline(
     stop: threading.Event | None = None,
     codecs: TopicTyping | None = None,
     registry_wait_seconds: float = 60.0,
+    mode: TableModeRule | None = None,
 ) -> RunResult:
     """Copy ``topic`` into its table until Kafka has nothing more (``once``) or until ``stop``
     is set (continuous, one micro-batch per ``lake.pipeline.trigger_interval_seconds``).
@@ -311,7 +336,9 @@ def run_pipeline(
     With ``codecs`` (:func:`~bergstream.pipeline.typed.topic_typing`) the table gets the
     topic's typed columns; a batch whose Schema Registry does not answer waits for it, as long
     as a continuous run lasts, at most ``registry_wait_seconds`` in a ``once`` run (which then
-    fails, retriable)."""
+    fails, retriable). With an ``upsert`` or ``debezium`` ``mode`` (the topic's rule of the
+    ``tables:`` section) the topic's state table follows the log table
+    (:mod:`~bergstream.pipeline.state_table`)."""
     began = time.monotonic()
     stop = stop or threading.Event()
     if codecs is not None:
@@ -348,9 +375,13 @@ def run_pipeline(
                 stop=stop,
                 registry_wait_seconds=registry_wait_seconds,
             )
+        state = None
+        if mode is not None and mode.mode is not TableMode.APPEND:
+            state = StateKeeper(spark, lake, topic, mode, report)
         writer = BatchWriter(
-            table, checkpoint, result, report, typed, worker_fetch_settings(lake, topic)
+            table, checkpoint, result, report, typed, worker_fetch_settings(lake, topic), state
         )
+        writer.catch_up_state()  # what a run stopped before the state's commit left
         stream = (
             _source(spark, lake, topic, start)
             .writeStream.queryName(f"bergstream-{lake.namespace}-{topic}")

@@ -24,6 +24,7 @@ from bergstream.pipeline.session import PipelineSetupError
 if TYPE_CHECKING:
     from pyiceberg.partitioning import PartitionSpec
     from pyiceberg.schema import Schema
+    from pyiceberg.table.sorting import SortOrder
     from pyspark.sql import SparkSession
 
     from bergstream.pipeline.typed_files import WrittenFile
@@ -33,7 +34,9 @@ __all__ = [
     "BoundarySnapshot",
     "LakeTable",
     "TableSchema",
+    "create_table",
     "ensure_bucket",
+    "load_table",
     "open_table",
     "s3_filesystem_options",
 ]
@@ -78,18 +81,32 @@ def _java_error_class(error: Exception) -> str:
 
 
 class LakeTable:
-    """One topic table, loaded through the lake's catalog in a Spark session."""
+    """One table of a topic (its log table, or its table in ``namespace``), loaded through the
+    lake's catalog in a Spark session."""
 
-    def __init__(self, spark: SparkSession, lake: ResolvedLake, topic: str, java_table: Any):
+    def __init__(
+        self,
+        spark: SparkSession,
+        lake: ResolvedLake,
+        topic: str,
+        java_table: Any,
+        namespace: str | None = None,
+    ):
         self.spark = spark
         self.lake = lake
         self.topic = topic
         self.java = java_table
+        self.namespace = namespace or lake.namespace
 
     @property
     def name(self) -> str:
         """Spark SQL name, ``catalog.namespace.`topic```."""
-        return self.lake.spark_table_name(self.topic)
+        return self.lake.spark_table_name(self.topic, self.namespace)
+
+    @property
+    def qualified(self) -> str:
+        """``namespace.topic``, as messages name the table."""
+        return f"{self.namespace}.{self.topic}"
 
     @property
     def uuid(self) -> str:
@@ -236,11 +253,13 @@ def _jvm(spark: SparkSession) -> Any:
     return spark.sparkContext._jvm  # type: ignore[attr-defined]
 
 
-def _identifier(spark: SparkSession, lake: ResolvedLake, topic: str) -> tuple[Any, Any]:
+def _identifier(
+    spark: SparkSession, lake: ResolvedLake, topic: str, namespace: str | None = None
+) -> tuple[Any, Any]:
     jvm = _jvm(spark)
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
     levels = gateway.new_array(jvm.java.lang.String, 1)
-    levels[0] = lake.namespace
+    levels[0] = namespace or lake.namespace
     namespace = jvm.org.apache.iceberg.catalog.Namespace.of(levels)
     return namespace, jvm.org.apache.iceberg.catalog.TableIdentifier.of(namespace, topic)
 
@@ -290,49 +309,90 @@ def ensure_bucket(lake: ResolvedLake) -> None:
         filesystem.create_dir(bucket)
 
 
+def create_table(
+    spark: SparkSession,
+    lake: ResolvedLake,
+    namespace: str,
+    topic: str,
+    schema: Schema,
+    spec: PartitionSpec | None,
+    sort_order: SortOrder | None,
+    properties: Mapping[str, str],
+) -> bool:
+    """Create ``namespace.topic`` (and its namespace) unless it exists; whether it did. Iceberg
+    gives a new table's columns fresh field ids in schema order: ``schema``'s must be those
+    (the row contract's are); a table of other ids is made from such a schema and then given
+    its own with :meth:`LakeTable.commit_schema`."""
+    jvm = _jvm(spark)
+    catalog = _java_catalog(spark, lake)
+    java_namespace, identifier = _identifier(spark, lake, topic, namespace)
+    if catalog.tableExists(identifier):
+        return False
+    ensure_bucket(lake)
+    if not catalog.namespaceExists(java_namespace):
+        try:
+            catalog.createNamespace(java_namespace)
+        except Exception as error:
+            if "AlreadyExists" not in _java_error_class(error):
+                raise
+    java_schema = jvm.org.apache.iceberg.SchemaParser.fromJson(schema.model_dump_json())
+    builder = catalog.buildTable(identifier, java_schema)
+    if spec is not None:
+        builder = builder.withPartitionSpec(
+            jvm.org.apache.iceberg.PartitionSpecParser.fromJson(
+                java_schema, spec.model_dump_json()
+            )
+        )
+    if sort_order is not None:
+        builder = builder.withSortOrder(
+            jvm.org.apache.iceberg.SortOrderParser.fromJson(
+                java_schema, sort_order.model_dump_json()
+            )
+        )
+    java_properties = jvm.java.util.HashMap()
+    for key, value in properties.items():
+        java_properties.put(key, value)
+    try:
+        builder.withProperties(java_properties).create()
+    except Exception as error:
+        if "AlreadyExists" not in _java_error_class(error):
+            raise PipelineSetupError(
+                f"cannot create table {namespace}.{topic} in catalog '{lake.catalog_name}': "
+                f"{error}"
+            ) from error
+        return False
+    return True
+
+
+def load_table(
+    spark: SparkSession, lake: ResolvedLake, namespace: str, topic: str
+) -> LakeTable | None:
+    """``namespace.topic`` of the lake, or None if it does not exist."""
+    catalog = _java_catalog(spark, lake)
+    _, identifier = _identifier(spark, lake, topic, namespace)
+    if not catalog.tableExists(identifier):
+        return None
+    return LakeTable(spark, lake, topic, catalog.loadTable(identifier), namespace)
+
+
 def open_table(spark: SparkSession, lake: ResolvedLake, topic: str, create: bool) -> LakeTable:
     """Load the topic's table, creating namespace and table from the row contract first when
     ``create`` is set; raise :class:`PipelineSetupError` when it is missing or does not follow
     the row contract."""
     jvm = _jvm(spark)
-    catalog = _java_catalog(spark, lake)
-    namespace, identifier = _identifier(spark, lake, topic)
-    if create and not catalog.tableExists(identifier):
-        ensure_bucket(lake)
-        if not catalog.namespaceExists(namespace):
-            try:
-                catalog.createNamespace(namespace)
-            except Exception as error:
-                if "AlreadyExists" not in _java_error_class(error):
-                    raise
-        schema = jvm.org.apache.iceberg.SchemaParser.fromJson(ROW_SCHEMA.model_dump_json())
-        spec = jvm.org.apache.iceberg.PartitionSpecParser.fromJson(
-            schema, PARTITION_SPEC.model_dump_json()
-        )
-        order = jvm.org.apache.iceberg.SortOrderParser.fromJson(
-            schema, SORT_ORDER.model_dump_json()
-        )
-        properties = jvm.java.util.HashMap()
-        for key, value in TABLE_PROPERTIES.items():
-            properties.put(key, value)
-        try:
-            catalog.buildTable(identifier, schema).withPartitionSpec(spec).withSortOrder(
-                order
-            ).withProperties(properties).create()
-        except Exception as error:
-            if "AlreadyExists" not in _java_error_class(error):
-                raise PipelineSetupError(
-                    f"cannot create table {lake.namespace}.{topic} in catalog "
-                    f"'{lake.catalog_name}': {error}"
-                ) from error
-    if not catalog.tableExists(identifier):
+    if create:
+        create_table(
+            spark, lake, lake.namespace, topic, ROW_SCHEMA, PARTITION_SPEC, SORT_ORDER,
+            TABLE_PROPERTIES,
+        )  # fmt: skip
+    table = load_table(spark, lake, lake.namespace, topic)
+    if table is None:
         raise PipelineSetupError(
             f"table {lake.namespace}.{topic} does not exist in catalog '{lake.catalog_name}' "
             f"({lake.catalog_uri}): run `bergstream pipeline run --topic {topic}` first"
         )
-    java_table = catalog.loadTable(identifier)
     try:
-        check_schema(str(jvm.org.apache.iceberg.SchemaParser.toJson(java_table.schema())))
+        check_schema(str(jvm.org.apache.iceberg.SchemaParser.toJson(table.java.schema())))
     except RowContractError as error:
         raise PipelineSetupError(f"table {lake.namespace}.{topic}: {error}") from None
-    return LakeTable(spark, lake, topic, java_table)
+    return table

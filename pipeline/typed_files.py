@@ -40,7 +40,14 @@ from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform
 from bergstream.core.api import PARTITION_ID, TIMESTAMP_ID, TypedLayout
 from bergstream.pipeline.typed_worker import DecodeJob, Tally, decode_batch
 
-__all__ = ["WRITTEN_FILES_SCHEMA", "FileTarget", "WrittenFile", "file_target", "write_files"]
+__all__ = [
+    "WRITTEN_FILES_SCHEMA",
+    "FileTarget",
+    "TableStorage",
+    "WrittenFile",
+    "file_target",
+    "write_files",
+]
 
 #: What a worker answers per file it wrote (Spark DDL of ``mapInArrow``'s output).
 WRITTEN_FILES_SCHEMA = "path string, kafka_partition int, time_bucket int, size long"
@@ -137,17 +144,15 @@ def file_target(
     )
 
 
-class _Storage:
-    """The filesystem of a target's location, and file paths on it."""
+class TableStorage:
+    """The filesystem of a table's data location, and file paths on it."""
 
-    def __init__(self, target: FileTarget) -> None:
+    def __init__(self, data_location: str, s3_options: Mapping[str, Any]) -> None:
         from pyarrow import fs
 
-        parsed = urlparse(target.data_location)
+        parsed = urlparse(data_location)
         self.s3 = parsed.scheme in ("s3", "s3a")
-        self.filesystem: Any = (
-            fs.S3FileSystem(**target.s3_options) if self.s3 else fs.LocalFileSystem()
-        )
+        self.filesystem: Any = fs.S3FileSystem(**s3_options) if self.s3 else fs.LocalFileSystem()
 
     def local_path(self, path: str) -> str:
         """``path`` (as the table names it) on the filesystem."""
@@ -172,7 +177,7 @@ class _Storage:
 class _OpenFile:
     """One data file being written: rows gathered into row groups of about 64 MiB."""
 
-    def __init__(self, storage: _Storage, target: FileTarget, path: str, key: tuple[int, int]):
+    def __init__(self, storage: TableStorage, target: FileTarget, path: str, key: tuple[int, int]):
         self.path = path
         self.key = key
         self.sink = storage.open(path)
@@ -226,7 +231,7 @@ class _Files:
 
     def __init__(self, target: FileTarget) -> None:
         self.target = target
-        self.storage = _Storage(target)
+        self.storage = TableStorage(target.data_location, target.s3_options)
         self.open: dict[tuple[int, int], _OpenFile] = {}
         self.done: list[WrittenFile] = []
         self.prefix = uuid.uuid4().hex

@@ -65,12 +65,14 @@ from bergstream.plugins.isk_gateway.kafka.authorization import TopicAuthorizer
 from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
 from bergstream.plugins.isk_gateway.tables.background_index import BackgroundIndexer
 from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider
+from bergstream.plugins.isk_gateway.tables.current import CurrentProvider
 from bergstream.plugins.isk_gateway.tables.history import HistorySettings
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from bergstream.plugins.isk_gateway.tables.lake_schemas import LakeSchemas
+from bergstream.plugins.isk_gateway.tables.lake_states import LakeStates
 from bergstream.plugins.isk_gateway.tables.layouts import TopicLayouts
 from bergstream.plugins.isk_gateway.tables.merged import MergedProvider
-from bergstream.plugins.isk_gateway.tables.paths import COLDSET, HOTSET, MERGED
+from bergstream.plugins.isk_gateway.tables.paths import COLDSET, CURRENT, HOTSET, MERGED
 from bergstream.plugins.isk_gateway.tables.provider import ProviderUnavailable, TableProvider
 from bergstream.plugins.isk_gateway.tables.router import NamespaceRouter
 from bergstream.plugins.isk_gateway.tables.snapshot_recorder import SnapshotRecorder
@@ -318,11 +320,19 @@ class IskService:
                 history=HistorySettings(c.snapshot_max_age_seconds, c.snapshot_max_count),
             )
             providers: dict[str, TableProvider] = {HOTSET: self.hotset}
+            coldset = None
             if self.lake is not None:
                 coldset = ColdsetProvider(self.lake, store, c.http.bucket, c.cluster)
                 providers[COLDSET] = coldset
                 self.merged = MergedProvider(self.hotset, coldset)
                 providers[MERGED] = self.merged
+            providers[CURRENT] = CurrentProvider(
+                self.hotset,
+                coldset,
+                LakeStates(self.lake) if self.lake is not None else None,
+                self.context.config.tables,
+                c.parquet_compression,
+            )
             self.provider = NamespaceRouter(providers, store)
             http = IskHttpService(c.http, self.provider, self._principal_directory())
             await http.start()

@@ -18,6 +18,7 @@ from pyiceberg.manifest import (
     DEFAULT_READ_VERSION,
     MANIFEST_LIST_FILE_SCHEMAS,
     DataFile,
+    ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
@@ -48,10 +49,12 @@ _AVRO_CODEC = "null"
 
 @dataclass(frozen=True)
 class ManifestGroup:
-    """Data files written into one manifest, all of partition spec ``spec``."""
+    """Files written into one manifest, all of partition spec ``spec``: data files, or (with
+    ``content`` DELETES) position delete files."""
 
     spec: PartitionSpec
     files: Sequence[DataFile]
+    content: ManifestContent = ManifestContent.DATA
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,17 @@ class _ManifestWriter(ManifestWriterV2):
         writer = super().new_writer()
         writer.sync_bytes = self._sync  # before __enter__ writes the header
         return writer
+
+
+class _DeleteManifestWriter(_ManifestWriter):
+    """A v2 manifest writer of delete files (``content`` deletes), sync marker fixed."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
 
 
 class _ManifestListWriter(ManifestListWriterV2):
@@ -132,9 +146,13 @@ def write_manifest(
         group.spec.spec_id,
         [_file_state(f) + list(origins.get(f.file_path, ())) for f in group.files],
     ]
+    if group.content != ManifestContent.DATA:
+        state.append(int(group.content))
     key = ManifestKey(cluster, topic, state_digest(state)[:32], namespace).key
     output = MemoryOutputFile(uri(bucket, key))
-    with _ManifestWriter(output, snapshot_id, sync_marker(key), group.spec, schema) as writer:
+    deletes = group.content != ManifestContent.DATA
+    writer_class = _DeleteManifestWriter if deletes else _ManifestWriter
+    with writer_class(output, snapshot_id, sync_marker(key), group.spec, schema) as writer:
         for file in group.files:
             origin = origins.get(file.file_path)
             if origin is None:

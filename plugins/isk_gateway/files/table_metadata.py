@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pyiceberg.manifest import ManifestFile
+from pyiceberg.manifest import ManifestContent, ManifestFile
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadataV2
@@ -170,21 +170,31 @@ def _manifests(
 def _snapshot(plan: SnapshotPlan, snapshot_id: int, manifest_list: str) -> Snapshot:
     """The plan's current snapshot: the files its groups list, those not carried over from
     earlier snapshots added by it, with the plan's summary properties."""
-    all_files = [f for g in plan.groups for f in g.files]
+    all_files = [f for g in plan.groups if g.content == ManifestContent.DATA for f in g.files]
+    deletes = [f for g in plan.groups if g.content != ManifestContent.DATA for f in g.files]
     added = [f for f in all_files if f.file_path not in plan.origins]
+    added_deletes = [f for f in deletes if f.file_path not in plan.origins]
     rows = sum(f.record_count for f in all_files)
-    size = sum(f.file_size_in_bytes for f in all_files)
+    size = sum(f.file_size_in_bytes for f in [*all_files, *deletes])
+    more: dict[str, str] = {}
+    if added_deletes:
+        more = {
+            "added-delete-files": str(len(added_deletes)),
+            "added-position-delete-files": str(len(added_deletes)),
+            "added-position-deletes": str(sum(f.record_count for f in added_deletes)),
+        }
     summary = Summary(
         plan.operation,
         **{
             "added-data-files": str(len(added)),
             "added-records": str(sum(f.record_count for f in added)),
-            "added-files-size": str(sum(f.file_size_in_bytes for f in added)),
+            "added-files-size": str(sum(f.file_size_in_bytes for f in [*added, *added_deletes])),
+            **more,
             "total-data-files": str(len(all_files)),
             "total-records": str(rows),
             "total-files-size": str(size),
-            "total-delete-files": "0",
-            "total-position-deletes": "0",
+            "total-delete-files": str(len(deletes)),
+            "total-position-deletes": str(sum(f.record_count for f in deletes)),
             "total-equality-deletes": "0",
             **plan.summary,
         },

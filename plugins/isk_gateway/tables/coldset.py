@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from pyiceberg.io import FileIO
     from pyiceberg.table import Table
 
-__all__ = ["ColdSnapshot", "ColdsetProvider", "relative_path"]
+__all__ = ["ColdSnapshot", "ColdsetProvider", "relative_path", "with_path"]
 
 _Rewritten = tuple[dict[str, list[ManifestGroup]], dict[str, dict[str, int]]]
 
@@ -119,7 +119,7 @@ class ColdSnapshot:
     snapshot_ids: frozenset[int] = frozenset()
 
 
-def _rewritten(file: DataFile, path: str) -> DataFile:
+def with_path(file: DataFile, path: str) -> DataFile:
     """``file`` with every field kept but its path."""
     copy = DataFile.from_args(
         content=file.content,
@@ -206,6 +206,10 @@ class ColdsetProvider:
         except Exception as error:
             raise ProviderUnavailable(f"the coldset table of {topic!r}: {error}") from error
 
+    def lake_table(self, topic: str) -> Table | None:
+        """The topic's log table in the lake (PyIceberg, loaded now); None if there is none."""
+        return self._table(topic)
+
     def _snapshot(self, topic: str) -> ColdSnapshot | None:
         table = self._table(topic)
         if table is None:
@@ -288,7 +292,7 @@ class ColdsetProvider:
                 for namespace in (COLDSET, MERGED):
                     key = ColdFileKey(self.cluster, topic, path, namespace).key
                     files = by_spec[namespace].setdefault(manifest.partition_spec_id, [])
-                    files.append(_rewritten(file, uri(self.bucket, key)))
+                    files.append(with_path(file, uri(self.bucket, key)))
                     sizes[namespace][key] = file.file_size_in_bytes
         specs = {spec.spec_id: spec for spec in metadata.partition_specs}
         groups = {

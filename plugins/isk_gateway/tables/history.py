@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyiceberg.conversions import from_bytes
+from pyiceberg.manifest import ManifestContent
 from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.types import TimestamptzType
 
@@ -224,7 +225,12 @@ Servable = Callable[[HistoricSnapshot], bool]
 
 
 def _files(plan: SnapshotPlan) -> dict[str, int]:
+    """Every file the plan lists (data and delete files) with its record count."""
     return {f.file_path: f.record_count for g in plan.groups for f in g.files}
+
+
+def _delete_files(plan: SnapshotPlan) -> set[str]:
+    return {f.file_path for g in plan.groups if g.content != ManifestContent.DATA for f in g.files}
 
 
 def _first_new_record_ms(
@@ -241,7 +247,13 @@ def _first_new_record_ms(
     return int(min(lows)) // 1000 if lows else default
 
 
-def _operation(parent: HistoricSnapshot | None, files: Mapping[str, int]) -> Operation:
+def _operation(
+    parent: HistoricSnapshot | None, files: Mapping[str, int], deletes: set[str] = frozenset()
+) -> Operation:
+    """What a snapshot listing ``files`` (of which ``deletes`` are delete files) did after
+    ``parent``: a new delete file removes rows (an OVERWRITE, whatever else changed)."""
+    if parent is not None and deletes - set(parent.files):
+        return Operation.OVERWRITE
     if parent is None or set(parent.files) <= set(files):
         return Operation.APPEND
     added = set(files) - set(parent.files)
@@ -459,7 +471,7 @@ class SnapshotHistories:
             timestamp_ms=timestamp_ms,
             parent_snapshot_id=parent.snapshot_id if parent else None,
             sequence_number=parent.sequence_number + 1 if parent else SEQUENCE_NUMBER,
-            operation=_operation(parent, files),
+            operation=_operation(parent, files, _delete_files(state.plan)),
             origins=origins,
             history=[s.snapshot() for s in history],
         )

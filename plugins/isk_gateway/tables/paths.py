@@ -33,14 +33,18 @@ from urllib.parse import quote, unquote
 from bergstream.plugins.isk_gateway.tables.provider import NoSuchFile
 
 __all__ = [
+    "CHANGE_KINDS",
     "COLDSET",
+    "CURRENT",
     "DAY",
     "HOTSET",
     "HOUR",
     "LAYOUT_DIGEST_LENGTH",
     "MERGED",
     "NAMESPACES",
+    "REJECTED",
     "UNIT_MICROS",
+    "ChangesKey",
     "ColdFileKey",
     "DataKey",
     "ManifestKey",
@@ -66,8 +70,16 @@ UNIT_MICROS = {DAY: 86_400_000_000, HOUR: 3_600_000_000}
 HOTSET = "hotset"
 COLDSET = "coldset"
 MERGED = "merged"
-#: The namespaces every ISK gateway serves, in listing order.
-NAMESPACES = (HOTSET, COLDSET, MERGED)
+#: The current state of upsert and debezium topics.
+CURRENT = "current"
+#: Records a state could not apply (and undecodable values), with the reason.
+REJECTED = "rejected"
+#: The namespaces an ISK gateway may serve, in listing order.
+NAMESPACES = (HOTSET, COLDSET, MERGED, CURRENT, REJECTED)
+#: Namespaces that list files of a physical lake table (``files/<path>`` keys).
+_FILE_NAMESPACES = (COLDSET, MERGED, CURRENT, REJECTED)
+#: What a changes file holds: the rows a snapshot adds, or the positions it deletes.
+CHANGE_KINDS = ("rows", "deletes")
 
 _EPOCH = dt.date(1970, 1, 1)
 _NUMBER = r"(0|[1-9][0-9]{0,18})"
@@ -77,7 +89,7 @@ _DIGEST = r"([0-9a-f]{32})"
 LAYOUT_DIGEST_LENGTH = 20
 _LAYOUT = re.compile(f"[0-9a-f]{{{LAYOUT_DIGEST_LENGTH}}}")
 _CLUSTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-_PREFIX = rf"{_SEGMENT}/({HOTSET}|{COLDSET}|{MERGED})/{_SEGMENT}"
+_PREFIX = rf"{_SEGMENT}/({'|'.join(NAMESPACES)})/{_SEGMENT}"
 _DATA = re.compile(
     rf"{_SEGMENT}/({HOTSET}|{MERGED})/{_SEGMENT}/data/(?:layout=([0-9a-f]+)/)?p={_NUMBER}/"
     rf"(day|hour)=(-|[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}(?:-[0-9]{{2}})?)/{_NUMBER}-{_NUMBER}"
@@ -85,7 +97,11 @@ _DATA = re.compile(
 )
 _MANIFEST = re.compile(rf"{_PREFIX}/metadata/manifest-{_DIGEST}\.avro")
 _MANIFEST_LIST = re.compile(rf"{_PREFIX}/metadata/snap-{_NUMBER}-{_DIGEST}\.avro")
-_COLD_FILE = re.compile(rf"{_SEGMENT}/({COLDSET}|{MERGED})/{_SEGMENT}/files/(.+)")
+_COLD_FILE = re.compile(rf"{_SEGMENT}/({'|'.join(_FILE_NAMESPACES)})/{_SEGMENT}/files/(.+)")
+_CHANGES = re.compile(
+    rf"{_SEGMENT}/({CURRENT}|{REJECTED})/{_SEGMENT}/changes/(?:layout=([0-9a-f]+)/)?"
+    rf"{_NUMBER}-({'|'.join(CHANGE_KINDS)})\.parquet"
+)
 _METADATA = re.compile(rf"{_PREFIX}/metadata/{_NUMBER}(?:-([0-9a-f]{{16}}))?\.metadata\.json")
 _MAX_INT64 = 2**63 - 1
 
@@ -185,7 +201,9 @@ class DataKey:
 
 @dataclass(frozen=True)
 class ColdFileKey:
-    """A file of the physical coldset table: ``path`` relative to the table's location."""
+    """A file of a physical lake table: ``path`` relative to the table's location (the
+    topic's log table for ``coldset`` and ``merged``; its state table for ``current``; its
+    rejected table for ``rejected``)."""
 
     cluster: str
     topic: str
@@ -196,12 +214,44 @@ class ColdFileKey:
         segments = self.path.split("/")
         if any(segment in ("", ".", "..") for segment in segments):
             raise ValueError(f"invalid coldset file path {self.path!r}")
-        if self.namespace not in (COLDSET, MERGED):
-            raise ValueError(f"coldset files are in {COLDSET} or {MERGED}, not {self.namespace}")
+        if self.namespace not in _FILE_NAMESPACES:
+            raise ValueError(f"lake files are in {_FILE_NAMESPACES}, not {self.namespace}")
 
     @property
     def key(self) -> str:
         return f"{table_prefix(self.cluster, self.topic, self.namespace)}/files/{self.path}"
+
+
+@dataclass(frozen=True)
+class ChangesKey:
+    """A file ISK builds for one snapshot of a ``current`` or ``rejected`` table: the rows the
+    records not yet in the lake make (``rows``), or the positions of the lake table's rows they
+    replace (``deletes``); ``layout`` is the typed layout's digest (None: raw)."""
+
+    cluster: str
+    topic: str
+    snapshot_id: int
+    kind: str
+    namespace: str = CURRENT
+    layout: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.snapshot_id <= _MAX_INT64:
+            raise ValueError(f"invalid snapshot id {self.snapshot_id}")
+        if self.kind not in CHANGE_KINDS:
+            raise ValueError(f"changes files hold {CHANGE_KINDS}, not {self.kind!r}")
+        if self.namespace not in (CURRENT, REJECTED):
+            raise ValueError(f"changes files are in {CURRENT} or {REJECTED}, not {self.namespace}")
+        if self.layout is not None and not _LAYOUT.fullmatch(self.layout):
+            raise ValueError(f"invalid layout digest {self.layout!r}")
+
+    @property
+    def key(self) -> str:
+        layout = f"layout={self.layout}/" if self.layout is not None else ""
+        return (
+            f"{table_prefix(self.cluster, self.topic, self.namespace)}/changes/{layout}"
+            f"{self.snapshot_id}-{self.kind}.parquet"
+        )
 
 
 @dataclass(frozen=True)
@@ -264,7 +314,7 @@ class MetadataKey:
         return f"{prefix}/metadata/{self.snapshot_id}{version}.metadata.json"
 
 
-ParsedKey = DataKey | ColdFileKey | ManifestKey | ManifestListKey | MetadataKey
+ParsedKey = DataKey | ColdFileKey | ChangesKey | ManifestKey | ManifestListKey | MetadataKey
 
 
 def key_namespace(key: ParsedKey) -> str:
@@ -306,6 +356,9 @@ def parse_key(key: str) -> ParsedKey:
         elif match := _COLD_FILE.fullmatch(key):
             cluster, namespace, topic, path = match.groups()
             parsed = ColdFileKey(cluster, unquote(topic), path, namespace)
+        elif match := _CHANGES.fullmatch(key):
+            cluster, namespace, topic, layout, snapshot, kind = match.groups()
+            parsed = ChangesKey(cluster, unquote(topic), int(snapshot), kind, namespace, layout)
         elif match := _MANIFEST.fullmatch(key):
             cluster, namespace, topic, digest = match.groups()
             parsed = ManifestKey(cluster, unquote(topic), digest, namespace)

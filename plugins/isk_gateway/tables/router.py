@@ -1,4 +1,4 @@
-"""One :class:`~.provider.TableProvider` over the three namespaces.
+"""One :class:`~.provider.TableProvider` over the served namespaces.
 
 Catalog calls go to the provider of their namespace; file calls to the provider of the key's
 namespace (every key names it, see :mod:`.paths`). A metadata file that is neither in memory nor
@@ -19,6 +19,8 @@ from bergstream.plugins.isk_gateway.tables.load_coalescer import LoadCoalescer
 from bergstream.plugins.isk_gateway.tables.paths import (
     COLDSET,
     HOTSET,
+    MERGED,
+    ChangesKey,
     ColdFileKey,
     DataKey,
     key_namespace,
@@ -81,14 +83,14 @@ class NamespaceRouter:
         parsed = parse_key(key)
         if isinstance(parsed, DataKey):
             namespace, target = HOTSET, dataclasses.replace(parsed, namespace=HOTSET).key
-        elif isinstance(parsed, ColdFileKey):
+        elif isinstance(parsed, ColdFileKey) and parsed.namespace in (COLDSET, MERGED):
             namespace, target = COLDSET, dataclasses.replace(parsed, namespace=COLDSET).key
         else:
             namespace, target = key_namespace(parsed), key
         provider = self.providers.get(namespace)
         if provider is None:
             raise NoSuchFile(f"no such key {key!r} (namespace {namespace!r} is not served)")
-        return provider, target, not isinstance(parsed, DataKey | ColdFileKey)
+        return provider, target, not isinstance(parsed, DataKey | ColdFileKey | ChangesKey)
 
     async def _reload_for(self, key: str, since: float) -> bool:
         """After a lookup of metadata key ``key`` started at ``since`` found nothing: whether

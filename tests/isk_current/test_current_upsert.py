@@ -1,0 +1,170 @@
+"""``current.<topic>`` of an upsert topic through ``bergstream run``'s ``isk`` service: the state
+the pipeline keeps in the lake, plus the changes still only in Kafka, read by PyIceberg, DuckDB
+and Spark unmodified, at zero lag; the log namespaces keep every record."""
+
+from __future__ import annotations
+
+import random
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.isk_e2e.helpers import (
+    Gateway,
+    attach_isk,
+    attach_spark_catalog,
+    duckdb_connection,
+    produce,
+    shared_spark,
+    start_gateway,
+)
+from tests.ksi.stack_kit import lake_yaml, run_pipeline_once
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 3
+KEYS = 80
+TABLES = """
+tables:
+  topics:
+    - match: "*"
+      mode: upsert
+"""
+
+
+def changes(rng: random.Random, count: int, tag: str) -> list[dict[str, Any]]:
+    """Random updates and tombstones of keys that each stay in one partition."""
+    out = []
+    for i in range(count):
+        key = rng.randrange(KEYS)
+        value = None if rng.random() < 0.25 else f"{tag}-{i}".encode()
+        out.append({"partition": key % PARTITIONS, "key": b"k%d" % key, "value": value})
+    return out
+
+
+def replay(records: list[dict[str, Any]]) -> dict[bytes, bytes]:
+    """The state a dictionary replay of ``records`` leaves."""
+    state: dict[bytes, bytes] = {}
+    for record in records:
+        if record.get("key") is None:
+            continue
+        if record["value"] is None:
+            state.pop(record["key"], None)
+        else:
+            state[record["key"]] = record["value"]
+    return state
+
+
+@dataclass
+class Stage:
+    """The module's topic, its gateway and everything produced to it."""
+
+    gateway: Gateway
+    topic: str
+    produced: list[dict[str, Any]]
+    config: Path
+    kafka_bootstrap: str
+
+    def add(self, records: list[dict[str, Any]]) -> None:
+        produce(self.kafka_bootstrap, self.topic, records)
+        self.produced += records
+
+
+@pytest.fixture(scope="module")
+def stage(
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Stage]:
+    rng = random.Random(30)
+    workdir = tmp_path_factory.mktemp("isk-current")
+    topic = new_topic(partitions=PARTITIONS)
+    extra = lake_yaml(workdir / "home", kafka_bootstrap) + TABLES
+    gateway = start_gateway(kafka_bootstrap, workdir, chunk_records=50, extra=extra)
+    stage = Stage(gateway, topic, [], workdir / "isk.yaml", kafka_bootstrap)
+    try:
+        stage.add(changes(rng, 400, "cold"))
+        stage.add([{"partition": 0, "key": None, "value": b"no key"}])
+        summary = run_pipeline_once(workdir / "isk.yaml", topic)
+        assert summary["records"] == 401, summary
+        stage.add(changes(rng, 300, "hot"))  # only in Kafka
+        yield stage
+    finally:
+        code = gateway.process.stop()
+        print(gateway.process.log()[-20000:], file=sys.stderr)
+        assert code == 0, f"bergstream run exited with {code}:\n{gateway.process.log()}"
+
+
+def state_of(rows: list[dict[str, Any]]) -> dict[bytes, bytes]:
+    out = {bytes(r["kafka_key"]): bytes(r["kafka_value"]) for r in rows}
+    assert len(out) == len(rows), "a key has two rows"
+    return out
+
+
+def test_pyiceberg_reads_the_current_state(stage: Stage) -> None:
+    table = stage.gateway.catalog().load_table(f"current.{stage.topic}")
+    rows = table.scan().to_arrow().to_pylist()
+    assert state_of(rows) == replay(stage.produced)
+    summary = table.metadata.current_snapshot().summary
+    assert int(summary["total-delete-files"]) == 1  # hot changes replace cold rows
+    # the log keeps every record
+    merged = stage.gateway.catalog().load_table(f"merged.{stage.topic}")
+    assert merged.scan().to_arrow().num_rows == len(stage.produced)
+
+
+def test_duckdb_and_spark_read_the_current_state(stage: Stage) -> None:
+    expected = replay(stage.produced)
+    connection = duckdb_connection()
+    attach_isk(connection, stage.gateway.catalog_url)
+    rows = connection.execute(
+        f'SELECT kafka_key, kafka_value FROM isk.current."{stage.topic}"'
+    ).fetchall()
+    assert {bytes(k): bytes(v) for k, v in rows} == expected
+    assert len(rows) == len(expected)
+    with shared_spark() as spark:
+        name = attach_spark_catalog(spark, stage.gateway.catalog_url)
+        found = spark.sql(f"SELECT kafka_key, kafka_value FROM {name}.current.`{stage.topic}`")
+        collected = found.collect()
+        assert {bytes(r[0]): bytes(r[1]) for r in collected} == expected
+        assert len(collected) == len(expected)
+
+
+def test_zero_lag_updates_and_deletes(stage: Stage) -> None:
+    catalog = stage.gateway.catalog()
+    for round_number in range(6):
+        key = b"k%d" % (round_number * 7 % KEYS)
+        partition = int(key[1:]) % PARTITIONS
+        value = None if round_number % 3 == 2 else uuid.uuid4().hex.encode()
+        stage.add([{"partition": partition, "key": key, "value": value}])
+        rows = catalog.load_table(f"current.{stage.topic}").scan().to_arrow().to_pylist()
+        state = state_of(rows)
+        assert state.get(key) == value, f"round {round_number}: the acked change is missing"
+        assert state == replay(stage.produced)
+
+
+def test_time_travel_to_an_earlier_state(stage: Stage) -> None:
+    catalog = stage.gateway.catalog()
+    before = catalog.load_table(f"current.{stage.topic}")
+    old_state = state_of(before.scan().to_arrow().to_pylist())
+    old_id = before.metadata.current_snapshot().snapshot_id
+    stage.add(changes(random.Random(5), 40, "later"))
+    after = catalog.load_table(f"current.{stage.topic}")
+    assert after.metadata.current_snapshot().snapshot_id != old_id
+    assert old_id in [s.snapshot_id for s in after.metadata.snapshots]
+    travelled = after.scan(snapshot_id=old_id).to_arrow().to_pylist()
+    assert state_of(travelled) == old_state
+    assert state_of(after.scan().to_arrow().to_pylist()) == replay(stage.produced)
+
+
+def test_an_append_topic_has_no_current_table(stage: Stage) -> None:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    catalog = stage.gateway.catalog()
+    assert ("current", stage.topic) in catalog.list_tables("current")
+    with pytest.raises(NoSuchTableError):
+        catalog.load_table("current.__consumer_offsets")
