@@ -19,6 +19,7 @@ from bergstream.core.api import (
     PluginError,
     PluginRegistry,
     ServiceContext,
+    TableMode,
     bergstream_home,
     hookimpl,
     load_config,
@@ -201,11 +202,15 @@ def register_commands(cli: click.Group) -> None:
     @_CONFIG_OPTION
     @_TOPIC_OPTION
     def describe_command(config_file: Path, topic: str) -> None:
-        """Print JSON about TOPIC's table: rows, data files, snapshots and the boundary."""
+        """Print JSON about TOPIC's table: its mode, rows, data files, snapshots and the
+        boundary; for an upsert or debezium topic its state table's rows and delete files."""
         from bergstream.pipeline.describe import TableNotFoundError, describe_table
 
-        lake = _lake(config_file)
+        config, _ = _config(config_file)
+        lake = _lake(config_file, config)
+        rule = mode_rule_for(config.tables, topic)
+        mode = rule.mode if rule is not None else TableMode.APPEND
         try:
-            click.echo(json.dumps(describe_table(lake, topic), indent=2))
+            click.echo(json.dumps(describe_table(lake, topic, mode), indent=2))
         except TableNotFoundError as error:
             raise click.ClickException(str(error)) from None

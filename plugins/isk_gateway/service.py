@@ -72,8 +72,15 @@ from bergstream.plugins.isk_gateway.tables.lake_schemas import LakeSchemas
 from bergstream.plugins.isk_gateway.tables.lake_states import LakeStates
 from bergstream.plugins.isk_gateway.tables.layouts import TopicLayouts
 from bergstream.plugins.isk_gateway.tables.merged import MergedProvider
-from bergstream.plugins.isk_gateway.tables.paths import COLDSET, CURRENT, HOTSET, MERGED
+from bergstream.plugins.isk_gateway.tables.paths import (
+    COLDSET,
+    CURRENT,
+    HOTSET,
+    MERGED,
+    REJECTED,
+)
 from bergstream.plugins.isk_gateway.tables.provider import ProviderUnavailable, TableProvider
+from bergstream.plugins.isk_gateway.tables.rejected import RejectedProvider
 from bergstream.plugins.isk_gateway.tables.router import NamespaceRouter
 from bergstream.plugins.isk_gateway.tables.snapshot_recorder import SnapshotRecorder
 from bergstream.plugins.isk_gateway.tables.store import FileStore
@@ -326,13 +333,15 @@ class IskService:
                 providers[COLDSET] = coldset
                 self.merged = MergedProvider(self.hotset, coldset)
                 providers[MERGED] = self.merged
-            providers[CURRENT] = CurrentProvider(
+            current = CurrentProvider(
                 self.hotset,
                 coldset,
                 LakeStates(self.lake) if self.lake is not None else None,
                 self.context.config.tables,
                 c.parquet_compression,
             )
+            providers[CURRENT] = current
+            providers[REJECTED] = RejectedProvider(current)
             self.provider = NamespaceRouter(providers, store)
             http = IskHttpService(c.http, self.provider, self._principal_directory())
             await http.start()

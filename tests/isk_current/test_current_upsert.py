@@ -168,3 +168,15 @@ def test_an_append_topic_has_no_current_table(stage: Stage) -> None:
     assert ("current", stage.topic) in catalog.list_tables("current")
     with pytest.raises(NoSuchTableError):
         catalog.load_table("current.__consumer_offsets")
+
+
+def test_rejected_lists_the_records_without_a_key(stage: Stage) -> None:
+    stage.add([{"partition": 2, "key": None, "value": b"hot, no key"}])
+    catalog = stage.gateway.catalog()
+    assert ("rejected", stage.topic) in catalog.list_tables("rejected")
+    rows = catalog.load_table(f"rejected.{stage.topic}").scan().to_arrow().to_pylist()
+    assert sorted(r["kafka_value"] for r in rows) == [b"hot, no key", b"no key"]
+    assert all(r["reason"].startswith("no key") for r in rows)
+    # the log keeps them: nothing is dropped
+    merged = catalog.load_table(f"merged.{stage.topic}").scan().to_arrow()
+    assert merged.filter(merged["kafka_key"].is_null()).num_rows == 2

@@ -90,3 +90,44 @@ def test_upsert_state_equals_replay_and_holds_deletes(
     # Spark reads the position deletes too
     spark_rows = spark.table(lake.spark_table_name(topic, lake.current_namespace)).collect()
     assert {bytes(r["kafka_key"]): bytes(r["kafka_value"]) for r in spark_rows} == expected
+
+
+def test_maintain_folds_deletes_and_describe_tells_them(
+    spark: Any,
+    lake: PipelineLake,
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+) -> None:
+    from bergstream.core.table_modes import TableMode
+    from bergstream.pipeline.describe import describe_table
+    from bergstream.pipeline.maintain import maintain_table
+
+    rng = random.Random(11)
+    topic = create_topic(2, prefix="upsert-maintain")
+    produced: list[Produced] = []
+    for round_number in range(3):
+        batch = _changes(rng, 2, 40, 200, f"m{round_number}")
+        produce(kafka_bootstrap, topic, batch)
+        produced += batch
+        run_pipeline(spark, lake, topic, once=True, report=_quiet, mode=UPSERT)
+    expected = _replay(produced)
+    described = describe_table(lake, topic, TableMode.UPSERT)
+    assert described["mode"] == "upsert"
+    assert described["state"]["rows"] == len(expected)
+    assert described["state"]["delete_files"] >= 2
+    report = maintain_table(spark, lake, topic, report=_quiet)
+    assert report["state"]["deletes_before"]["delete_files"] >= 2
+    assert report["state"]["deletes_after"]["delete_files"] == 0
+    assert report["state"]["deletes_after"]["rows"] == len(expected)
+    rows = _state_rows(lake, topic)
+    assert {r["kafka_key"]: r["kafka_value"] for r in rows} == expected
+    after = describe_table(lake, topic, TableMode.UPSERT)
+    assert after["state"]["delete_files"] == 0 and after["state"]["rows"] == len(expected)
+    # the pipeline goes on from the compacted table: its index is read again
+    batch = _changes(rng, 2, 40, 100, "after")
+    produce(kafka_bootstrap, topic, batch)
+    produced += batch
+    run_pipeline(spark, lake, topic, once=True, report=_quiet, mode=UPSERT)
+    rows = _state_rows(lake, topic)
+    assert {r["kafka_key"]: r["kafka_value"] for r in rows} == _replay(produced)
+    assert len(rows) == len(_replay(produced))

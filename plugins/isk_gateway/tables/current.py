@@ -94,6 +94,7 @@ from bergstream.plugins.isk_gateway.tables.paths import (
     HOTSET,
     ChangesKey,
     ColdFileKey,
+    key_from_uri,
     parse_key,
     uri,
 )
@@ -111,7 +112,7 @@ if TYPE_CHECKING:
 
     from bergstream.plugins.isk_gateway.files.typed_topic import TypedTopic
 
-__all__ = ["CurrentProvider", "StateView"]
+__all__ = ["Applied", "CurrentProvider", "StateView", "conform_rows"]
 
 #: Snapshots whose changes (rows, deletes, rejected rows) are kept in memory, all tables.
 _KEPT_CHANGES = 64
@@ -140,6 +141,15 @@ class StateView:
     def start(self) -> Boundary:
         """The offsets the state table has applied (none without one)."""
         return dict(self.state.boundary) if self.state is not None else {}
+
+    @property
+    def log_schema(self) -> Schema:
+        """The log table's schema the view's rows come in."""
+        if self.typed is not None:
+            return self.typed.schema
+        if self.cold is not None:
+            return self.cold.base.schema
+        return CONTRACT_BASE.schema
 
     @property
     def digest(self) -> str | None:
@@ -341,7 +351,7 @@ class CurrentProvider:
             self._applied.popitem(last=False)
         for synthesized in (applied.files.rows, applied.files.deletes):
             if synthesized is not None:
-                key = _key_of(self.bucket, synthesized.data_file.file_path)
+                key = key_from_uri(self.bucket, synthesized.data_file.file_path)
                 await self.store.keep(key, synthesized.parquet)
         return applied
 
@@ -349,7 +359,7 @@ class CurrentProvider:
         """The log rows ``view`` applies: offsets from the state's boundary up to its ends,
         from the log's coldset below the coldset's boundary, from Kafka above it."""
         start = view.start
-        schema = arrow_type(_log_schema(view))
+        schema = arrow_type(view.log_schema)
         parts: list[pa.Table] = []
         cold = view.cold
         if cold is not None and self.coldset is not None:
@@ -367,7 +377,7 @@ class CurrentProvider:
             if chunk.start_offset < floor:
                 rows = rows.filter(pc.greater_equal(rows.column("kafka_offset"), floor))
             parts.append(rows)
-        return _concat(parts, schema)
+        return conform_rows(parts, schema)
 
     async def _apply(self, view: StateView) -> Applied:
         rows = await self.log_rows(view)
@@ -376,7 +386,7 @@ class CurrentProvider:
     def _files(self, view: StateView, rows: pa.Table) -> Applied:
         index = view.state.index if view.state is not None else None
         index = index or StateIndex()
-        log_schema = _log_schema(view)
+        log_schema = view.log_schema
         rejected = arrow_type(rejected_layout(log_schema))
         changes = reduce_changes(view.layout, rows, rejected, index.owners)
         replaced = index.replaced(changes.replaced, everything=changes.truncated)
@@ -448,11 +458,11 @@ class CurrentProvider:
         listing = {key: len(data) for key, data in metadata.items()}
         if view.state is not None:
             for file in view.state.data_files:
-                key = _key_of(self.bucket, self._state_uri(view.state, file.file_path))
+                key = key_from_uri(self.bucket, self._state_uri(view.state, file.file_path))
                 listing[key] = file.file_size_in_bytes
         for synthesized in (applied.files.rows, applied.files.deletes):
             if synthesized is not None:
-                key = _key_of(self.bucket, synthesized.data_file.file_path)
+                key = key_from_uri(self.bucket, synthesized.data_file.file_path)
                 listing[key] = synthesized.data_file.file_size_in_bytes
         return listing
 
@@ -485,26 +495,8 @@ class CurrentProvider:
     async def _lake_file(self, key: ColdFileKey, start: int | None, end: int | None) -> bytes:
         if self.states is None:
             raise NoSuchFile(f"no such key {key.key!r} (ISK has no lake)")
-        table = await asyncio.to_thread(
-            self.states.table, self.states.lake.current_namespace, key.topic
-        )
-        if table is None:
-            raise NoSuchFile(f"no such key {key.key!r} (no state table for {key.topic!r})")
-        path = f"{table.metadata.location.rstrip('/')}/{key.path}"
-
-        def read() -> bytes:
-            try:
-                with table.io.new_input(path).open(seekable=True) as stream:
-                    if start is None:
-                        return stream.read()
-                    stream.seek(start)
-                    return stream.read((end or start) - start)
-            except FileNotFoundError:
-                raise NoSuchFile(f"no such key {key.key!r}") from None
-            except OSError as error:
-                raise ProviderUnavailable(f"reading {path!r} from the lake: {error}") from error
-
-        return await asyncio.to_thread(read)
+        namespace = self.states.lake.current_namespace
+        return await asyncio.to_thread(self.states.read, namespace, key.topic, key.path, start, end)
 
     async def _bytes(
         self, key: str, start: int | None = None, end: int | None = None
@@ -540,21 +532,7 @@ class CurrentProvider:
         return self.store.list_keys(prefix, limit)
 
 
-def _key_of(bucket: str, location: str) -> str:
-    prefix = f"s3://{bucket}/"
-    return location[len(prefix) :] if location.startswith(prefix) else location
-
-
-def _log_schema(view: StateView) -> Schema:
-    """The log table's schema the view's rows come in."""
-    if view.typed is not None:
-        return view.typed.schema
-    if view.cold is not None:
-        return view.cold.base.schema
-    return CONTRACT_BASE.schema
-
-
-def _concat(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
+def conform_rows(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
     """``parts`` (log rows of possibly older layouts) as one table of ``schema``."""
     tables = []
     for part in parts:

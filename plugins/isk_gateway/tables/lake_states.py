@@ -32,7 +32,7 @@ from bergstream.core.api import (
     state_identities,
 )
 from bergstream.plugins.isk_gateway.tables.lake_schemas import open_lake_catalog
-from bergstream.plugins.isk_gateway.tables.provider import ProviderUnavailable
+from bergstream.plugins.isk_gateway.tables.provider import NoSuchFile, ProviderUnavailable
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -104,6 +104,26 @@ class LakeStates:
             return None
         except Exception as error:
             raise ProviderUnavailable(f"the lake table {namespace}.{topic}: {error}") from error
+
+    def read(
+        self, namespace: str, topic: str, path: str, start: int | None, end: int | None
+    ) -> bytes:
+        """Bytes ``[start, end)`` (all for None) of the file at ``path`` under the location of
+        the lake table ``namespace.topic``; :class:`NoSuchFile` if there is none."""
+        table = self.table(namespace, topic)
+        if table is None:
+            raise NoSuchFile(f"no table {namespace}.{topic} in the lake")
+        location = f"{table.metadata.location.rstrip('/')}/{path}"
+        try:
+            with table.io.new_input(location).open(seekable=True) as stream:
+                if start is None:
+                    return stream.read()
+                stream.seek(start)
+                return stream.read((end or start) - start)
+        except FileNotFoundError:
+            raise NoSuchFile(f"no file {location!r} in the lake") from None
+        except OSError as error:
+            raise ProviderUnavailable(f"reading {location!r} from the lake: {error}") from error
 
     def topics(self, namespace: str) -> list[str]:
         """The tables of ``namespace`` in the lake (topic names)."""
