@@ -16,8 +16,8 @@ __all__ = ["quickstart_command", "register_commands", "stack_group"]
 
 @click.group("stack")
 def stack_group() -> None:
-    """The local stack of real components: Kafka (KRaft), an S3 server, Redis and a Schema
-    Registry."""
+    """The local stack of real components: Kafka (KRaft), an S3 server, Redis, a Schema
+    Registry and, on request, PostgreSQL and Kafka Connect (Debezium)."""
 
 
 @stack_group.command("up")
@@ -25,8 +25,8 @@ def stack_group() -> None:
     "--component",
     "components",
     multiple=True,
-    type=click.Choice(["kafka", "s3", "redis", "schema-registry"]),
-    help="Only these (default: all).",
+    type=click.Choice(["kafka", "s3", "redis", "schema-registry", "postgres", "connect"]),
+    help="Only these (default: all but postgres and connect; connect brings kafka along).",
 )
 @click.option(
     "--brokers",

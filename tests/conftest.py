@@ -157,3 +157,29 @@ def run_proxy(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Pr
     yield start
     for proxy in started:
         proxy.stop()
+
+
+#: What :func:`cdc_stack_env` starts: Kafka Connect with Debezium reading PostgreSQL, with the
+#: registry for Avro and S3 beside them.
+CDC_COMPONENTS = frozenset({"kafka", "s3", "schema-registry", "postgres", "connect"})
+
+
+@pytest.fixture(scope="session")
+def cdc_stack_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A change-data-capture stack of its own (Kafka, S3, the Schema Registry, PostgreSQL with
+    ``wal_level=logical`` and a Kafka Connect worker with Debezium's Postgres connector),
+    started once per session by the same code as ``bergstream stack up`` and stopped by PID at
+    the end; its ``BERGSTREAM_*`` variables (``BERGSTREAM_POSTGRES_URL``,
+    ``BERGSTREAM_CONNECT_URL``...)."""
+    from bergstream.devstack.stack import stack_down, stack_up
+
+    home = tmp_path_factory.mktemp("bergstream-cdc-home")
+    try:
+        env = stack_up(home, set(CDC_COMPONENTS))
+    except Exception:
+        stack_down(home)
+        raise
+    try:
+        yield env.as_dict()
+    finally:
+        stack_down(home)

