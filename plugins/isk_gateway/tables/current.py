@@ -284,7 +284,9 @@ class CurrentProvider:
                 for p, o in offsets.items()
             }
         floors = cold.boundary if cold is not None else {}
-        chunks = await self.hotset.indexer.live_chunks(topic, upto, floors, typed, seal_tail=False)
+        chunks = await self.hotset.indexer.live_chunks(
+            topic, upto, floors, typed, seal_tail=ends is None
+        )
         end_offsets = {p: o.last_stable for p, o in upto.items()}
         return StateView(topic, layout, typed, state, cold, chunks, end_offsets, offsets)
 
