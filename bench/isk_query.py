@@ -117,6 +117,8 @@ class Isk:
     kafka: str
     chunk_records: int
     parquet_compression: str = "snappy"
+    #: More top-level YAML for the config (a ``lake:`` section, ``tables:`` rules).
+    extra_yaml: str = ""
     catalog_port: int = 0
     s3_port: int = 0
     metrics_port: int = 0
@@ -164,6 +166,7 @@ class Isk:
                                                       max_bytes: {64 << 30}}}}}
                 """
             )
+            + textwrap.dedent(self.extra_yaml)
         )
         log = self.workdir / f"isk-{self.starts}.log"
         with log.open("wb") as stderr:

@@ -1,5 +1,5 @@
-"""Registers the ``raw``, ``avro``, ``json-schema``, ``protobuf`` and ``json`` value codecs
-through the ``bergstream`` entry-point group."""
+"""Registers the ``raw``, ``avro``, ``json-schema``, ``protobuf``, ``json`` and
+``connect-json`` value codecs through the ``bergstream`` entry-point group."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from bergstream.core.api import (
     hookimpl,
 )
 from bergstream.plugins.value_codecs.codec import AvroCodec, RawCodec
+from bergstream.plugins.value_codecs.connect_json_codec import ConnectJsonCodec
 from bergstream.plugins.value_codecs.json_codec import JsonSchemaCodec
 from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
 from bergstream.plugins.value_codecs.protobuf_codec import ProtobufCodec
@@ -40,10 +41,15 @@ def create_plain_json_codec(config: EmptyConfig, context: ServiceContext) -> Pla
     return PlainJsonCodec()
 
 
+def create_connect_json_codec(config: EmptyConfig, context: ServiceContext) -> ConnectJsonCodec:
+    """The ``connect-json`` codec (no settings)."""
+    return ConnectJsonCodec()
+
+
 @hookimpl
 def register_value_codecs() -> list[ValueCodecRegistration]:
-    """Register the ``raw``, ``avro``, ``json-schema``, ``protobuf`` and ``json`` value
-    codecs."""
+    """Register the ``raw``, ``avro``, ``json-schema``, ``protobuf``, ``json`` and
+    ``connect-json`` value codecs."""
     return [
         ValueCodecRegistration(
             name="raw",
@@ -79,5 +85,14 @@ def register_value_codecs() -> list[ValueCodecRegistration]:
             needs_registry=False,
             description="plain JSON objects, no registry: a column per top-level key, types "
             "inferred per batch; values not in the compact form of their shape keep their bytes",
+        ),
+        ValueCodecRegistration(
+            name="connect-json",
+            factory=create_connect_json_codec,
+            config_model=EmptyConfig,
+            needs_registry=False,
+            description="Kafka Connect JsonConverter envelopes (schemas.enable=true, e.g. "
+            "Debezium), no registry: the payload's fields as columns typed by the embedded "
+            "Connect schema (logical and Debezium types included); values keep their bytes",
         ),
     ]

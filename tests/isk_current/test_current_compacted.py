@@ -85,14 +85,18 @@ def log_records(stage: Stage) -> int:
     """How many records Kafka's log holds now (a compacted log holds fewer)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(
-        {"bootstrap.servers": stage.kafka_bootstrap, "group.id": f"g-{time.time_ns()}",
-         "enable.auto.commit": False}  # fmt: skip
-    )
+    settings = {
+        "bootstrap.servers": stage.kafka_bootstrap,
+        "group.id": f"g-{time.time_ns()}",
+        "enable.auto.commit": False,
+    }
+    consumer = Consumer(settings)
     try:
         partitions = [TopicPartition(stage.topic, p, 0) for p in range(PARTITIONS)]
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(stage.topic, p))[1]
-                for p in range(PARTITIONS)}  # fmt: skip
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(stage.topic, p))[1]
+            for p in range(PARTITIONS)
+        }
         consumer.assign(partitions)
         seen, done = 0, set()
         deadline = time.monotonic() + 60
