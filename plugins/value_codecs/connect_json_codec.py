@@ -17,8 +17,14 @@ the original envelope, and KSI serves those bytes. :meth:`ConnectJsonCodec.encod
 called on such rows (core re-encodes only rows whose bytes were not kept) and refuses to run.
 
 A payload of ``null`` (``{"schema": ..., "payload": null}``) is a null value: every column
-null, no error, like a tombstone's. A value that is not an envelope, or whose payload does not
-fit its schema, fails its row with the cause.
+null, no error, like a tombstone's. An envelope whose payload does not fit its schema fails its
+row with the cause.
+
+**JSON without envelopes too.** A value that is JSON but no envelope, as ``JsonConverter``
+writes with ``schemas.enable=false``, is read by the plain JSON codec's rules (``json``: its
+shapes declared as JSON Schemas, schema type ``JSON``, and re-encoded canonically), so one rule
+reads a Debezium topic whichever way its Connect worker's converter is set, and a topic whose
+converter changed keeps every record.
 """
 
 from __future__ import annotations
@@ -39,12 +45,15 @@ from bergstream.plugins.value_codecs.connect_json_envelopes import (
 )
 from bergstream.plugins.value_codecs.connect_json_types import parse_connect_schema
 from bergstream.plugins.value_codecs.connect_json_values import Mismatch, PayloadReader, Reparse
+from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
 from bergstream.plugins.value_codecs.schema_cache import Resolve, SchemaCache
 
-__all__ = ["MAX_SCHEMAS", "SCHEMA_TYPE", "ConnectJsonCodec"]
+__all__ = ["MAX_SCHEMAS", "PLAIN_TYPE", "SCHEMA_TYPE", "ConnectJsonCodec"]
 
 #: The schema type of the declared schemas.
 SCHEMA_TYPE = "CONNECT"
+#: The schema type of the plain JSON shapes of values without envelopes.
+PLAIN_TYPE = "JSON"
 #: Distinct Connect schemas one batch of records may have (a pipeline worker's Arrow batch, a
 #: range ISK reads); rows of further ones keep their bytes with the cause. Telling values
 #: gathered from such batches are not bounded again.
@@ -59,12 +68,13 @@ def _parse(schema: RegisteredSchema, resolve: Resolve | None) -> Any:
 class ConnectJsonCodec:
     """Kafka Connect JSON envelopes (see the module docstring)."""
 
-    schema_types: tuple[str, ...] = (SCHEMA_TYPE,)
+    schema_types: tuple[str, ...] = (SCHEMA_TYPE, PLAIN_TYPE)
     #: Values carry no Confluent framing: rows are grouped by :meth:`shapes`.
     framed = False
 
     def __init__(self, max_schemas: int = MAX_SCHEMAS) -> None:
         self.max_schemas = max_schemas
+        self._plain = PlainJsonCodec()
         self._envelopes = Envelopes()
         self._readers: SchemaCache[Any, PayloadReader] = SchemaCache(
             SCHEMA_TYPE, "a Kafka Connect schema", _parse, PayloadReader
@@ -91,36 +101,70 @@ class ConnectJsonCodec:
             for d in found.schemas
         ]
         by_index = np.array([s.schema_id for s in schemas] + [-1], np.int64)
-        return Shapes(by_index[found.schema_of], found.errors, schemas)
+        ids = by_index[found.schema_of]
+        errors = list(found.errors)
+        if found.plain:  # JSON without envelopes: the plain JSON codec's shapes
+            rows = np.asarray(found.plain, dtype=np.int64)
+            plain = self._plain.shapes(
+                values.take(pa.array(rows)), columns, subject, window=window, telling=telling
+            )
+            ids[rows] = plain.ids
+            for row, error in zip(rows, plain.errors, strict=True):
+                errors[row] = error
+            schemas += plain.schemas
+        return Shapes(ids, errors, schemas)
+
+    def _plain_rows(self, values: pa.Array, limit: int | None) -> tuple[Any, np.ndarray]:
+        found = self._envelopes.observe(values, limit)
+        return found, np.asarray(found.plain, dtype=np.int64)
 
     def telling_rows(self, values: pa.Array, *, telling: bool = False) -> np.ndarray:
-        """The first row of each distinct Connect schema of ``values``: declaring only them
-        declares what the whole batch declares. Bounded as :meth:`shapes` is."""
-        limit = None if telling else self.max_schemas
-        return np.asarray(self._envelopes.observe(values, limit).telling, dtype=np.int64)
+        """The first row of each distinct Connect schema of ``values``, and the plain JSON
+        codec's telling rows of its values without envelopes: declaring only them declares
+        what the whole batch declares. Bounded as :meth:`shapes` is."""
+        found, rows = self._plain_rows(values, None if telling else self.max_schemas)
+        told = np.asarray(found.telling, dtype=np.int64)
+        if len(rows):
+            plain = self._plain.telling_rows(values.take(pa.array(rows)), telling=telling)
+            told = np.sort(np.concatenate([told, rows[plain]]))
+        return told
 
     def joined_kinds(self, values: pa.Array) -> dict[str, Any]:
-        """The schema ids of ``values`` (picklable): the columns folded from ``values`` are
-        made of those schemas alone."""
-        found = self._envelopes.observe(values, None)
-        return {str(d.schema_id): True for d in found.schemas}
+        """The schema ids of ``values``' envelopes, and the plain JSON codec's kinds of its
+        values without envelopes (under ``"json"``; picklable): what the columns folded from
+        ``values`` are made of."""
+        found, rows = self._plain_rows(values, None)
+        joined: dict[str, Any] = {str(d.schema_id): True for d in found.schemas}
+        kinds = self._plain.joined_kinds(values.take(pa.array(rows))) if len(rows) else {}
+        if kinds:
+            joined[PLAIN_TYPE] = kinds
+        return joined
 
     def within_kinds(self, values: pa.Array, joined: Mapping[str, Any]) -> bool:
         """Whether every envelope of ``values`` (bounded as :meth:`shapes` is) has a schema
-        among ``joined`` (from :meth:`joined_kinds`): folding ``values`` in then adds no
-        version."""
-        found = self._envelopes.observe(values, self.max_schemas)
-        return all(str(d.schema_id) in joined for d in found.schemas)
+        among ``joined`` (from :meth:`joined_kinds`), and its values without envelopes are
+        within the plain kinds there: folding ``values`` in then adds no version."""
+        found, rows = self._plain_rows(values, self.max_schemas)
+        if not all(str(d.schema_id) in joined for d in found.schemas):
+            return False
+        if not len(rows):
+            return True
+        plain = values.take(pa.array(rows))
+        return self._plain.within_kinds(plain, joined.get(PLAIN_TYPE, {}))
 
     # -- types
 
     def iceberg_type(self, schema: RegisteredSchema, resolve: Resolve | None) -> IcebergType:
         """The Iceberg type of a declared schema's payloads (placeholder field ids); raises
         ``SchemaNotExpressible`` for one Iceberg cannot hold."""
+        if schema.schema_type == PLAIN_TYPE:
+            return self._plain.iceberg_type(schema, resolve)
         return self._readers.get(schema, resolve).type
 
     def arrow_type(self, schema: RegisteredSchema) -> pa.DataType:
         """The Arrow type :meth:`decode` gives for a declared schema."""
+        if schema.schema_type == PLAIN_TYPE:
+            return self._plain.arrow_type(schema)
         return self._readers.get(schema, None).arrow
 
     # -- rows
@@ -128,7 +172,10 @@ class ConnectJsonCodec:
     def decode(self, schema: RegisteredSchema, payloads: pa.Array) -> DecodedValues:
         """Decode envelopes (``large_binary``, no nulls) of one declared schema; a value that
         is not such an envelope, or whose payload does not fit, gives a null row and its
-        cause, never an exception. Every row keeps its bytes (see the module docstring)."""
+        cause, never an exception. Every row keeps its bytes (see the module docstring); values
+        of a plain JSON shape are decoded as the ``json`` codec decodes them."""
+        if schema.schema_type == PLAIN_TYPE:
+            return self._plain.decode(schema, payloads)
         reader = self._readers.get(schema, None)
         envelopes = self._envelopes
         expected = schema.schema_id
@@ -160,8 +207,11 @@ class ConnectJsonCodec:
         return DecodedValues(values=values, keep_bytes=np.ones(len(out), bool), errors=errors)
 
     def encode(self, schema: RegisteredSchema, values: pa.Array) -> pa.Array:
-        """Refuses: every row of this codec keeps its original bytes, so core never asks for
-        its payloads (see the module docstring)."""
+        """The canonical text of a plain JSON shape's values (as ``json``); refuses for an
+        envelope's: those rows keep their original bytes, so core never asks for their
+        payloads (see the module docstring)."""
+        if schema.schema_type == PLAIN_TYPE:
+            return self._plain.encode(schema, values)
         raise NotImplementedError(
             "connect-json values are never re-encoded: every row keeps its original envelope "
             f"in kafka_value (asked to encode {len(values)} row(s) of schema id "

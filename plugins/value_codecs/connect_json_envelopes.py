@@ -34,6 +34,7 @@ __all__ = [
     "Declared",
     "EnvelopeError",
     "Envelopes",
+    "NotAnEnvelope",
     "ObservedEnvelopes",
     "row_bytes",
 ]
@@ -49,6 +50,11 @@ _RECENT = 4
 
 class EnvelopeError(ValueError):
     """Why a value is not an envelope this codec reads (the row's cause)."""
+
+
+class NotAnEnvelope(EnvelopeError):
+    """A JSON value that is no envelope at all (not an object with exactly ``schema`` and
+    ``payload``): what ``JsonConverter`` writes with ``schemas.enable=false``."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,8 @@ class ObservedEnvelopes:
     errors: list[str | None]
     schemas: list[Declared] = field(default_factory=list)
     telling: list[int] = field(default_factory=list)
+    #: Rows that are JSON but no envelope (:class:`NotAnEnvelope`), in order.
+    plain: list[int] = field(default_factory=list)
 
 
 def _article(name: str) -> str:
@@ -103,15 +111,15 @@ def _envelope(parsed: Any) -> dict[str, Any]:
     """``parsed`` checked to be an envelope with a schema."""
     if type(parsed) is not dict:
         got = "null" if parsed is None else _KINDS.get(type(parsed), "value")
-        raise EnvelopeError(f"{NOT_AN_ENVELOPE}: {_article(got)}, not an object")
+        raise NotAnEnvelope(f"{NOT_AN_ENVELOPE}: {_article(got)}, not an object")
     missing = [key for key in ("schema", "payload") if key not in parsed]
     if missing:
-        raise EnvelopeError(
+        raise NotAnEnvelope(
             f"{NOT_AN_ENVELOPE}: an object without {' and '.join(repr(m) for m in missing)}"
         )
     if len(parsed) != 2:
         others = sorted(key for key in parsed if key not in ("schema", "payload"))
-        raise EnvelopeError(f"{NOT_AN_ENVELOPE}: an object with other keys too: {others[:5]}")
+        raise NotAnEnvelope(f"{NOT_AN_ENVELOPE}: an object with other keys too: {others[:5]}")
     schema = parsed["schema"]
     if schema is None:
         raise EnvelopeError(
@@ -249,6 +257,10 @@ class Envelopes:
                 continue
             try:
                 declared = self.schema_of(text)
+            except NotAnEnvelope as error:
+                found.errors[row] = str(error)
+                found.plain.append(row)
+                continue
             except EnvelopeError as error:
                 found.errors[row] = str(error)
                 continue

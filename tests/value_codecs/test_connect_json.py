@@ -449,9 +449,12 @@ def test_values_that_are_not_envelopes_fail_with_the_cause() -> None:
         None,  # a tombstone: no shape, no error
     ]
     found = codec.shapes(binary(*values), None, SUBJECT)
-    assert found.errors[0] == f"{NOT_AN_ENVELOPE}: an array, not an object"
-    assert found.errors[1] == f"{NOT_AN_ENVELOPE}: an object without 'schema' and 'payload'"
-    assert found.errors[2] == f"{NOT_AN_ENVELOPE}: an object without 'payload'"
+    # JSON without an envelope is read as the json codec reads plain JSON: an array is no
+    # object; objects get plain shapes (schema type JSON)
+    assert found.errors[0] == "value: not a JSON object but an array"
+    assert found.errors[1] is None and found.errors[2] is None
+    plain = {s.schema_id: s for s in found.schemas if s.schema_type == "JSON"}
+    assert set(plain) == {found.ids[1], found.ids[2]}
     # its schema is read at once (so the row has the schema's id, as a framed value that does
     # not decode has its id); decoding it finds the extra key
     extra = f"{NOT_AN_ENVELOPE}: an object with other keys too: ['extra']"
@@ -462,7 +465,7 @@ def test_values_that_are_not_envelopes_fail_with_the_cause() -> None:
     assert found.errors[6] is not None and found.errors[6].startswith("corrupt payload:")
     assert found.errors[7] is not None and found.errors[7].startswith("corrupt payload: not UTF-8")
     assert found.errors[8] is None
-    assert found.ids.tolist() == [-1] * 3 + [found.ids[3]] + [-1] * 5
+    assert found.ids.tolist() == [-1, found.ids[1], found.ids[2], found.ids[3]] + [-1] * 5
 
 
 def test_the_schema_id_is_the_canonical_schemas_not_its_spelling() -> None:
@@ -563,8 +566,9 @@ def test_it_is_registered_without_a_registry() -> None:
 
 def codecs(*, keys: bool = False) -> TopicCodecs:
     codec = ConnectJsonCodec()
-    key = SideCodecs({"CONNECT": codec}, "t-key") if keys else None
-    return TopicCodecs("t", SideCodecs({"CONNECT": codec}, SUBJECT), key)
+    by_type = dict.fromkeys(codec.schema_types, codec)  # as the codecs: section maps them
+    key = SideCodecs(by_type, "t-key") if keys else None
+    return TopicCodecs("t", SideCodecs(by_type, SUBJECT), key)
 
 
 def rows(values: list[bytes | None], keys: list[bytes | None] | None = None) -> pa.Table:
@@ -610,7 +614,7 @@ def test_envelopes_become_columns_and_keep_their_bytes() -> None:
         envelope(PERSON, {"id": 1, "name": "Ann"}),
         envelope(PERSON, None),  # a null payload
         None,  # a tombstone
-        b'{"id":4}',  # plain JSON, not an envelope
+        b"[4]",  # neither an envelope nor a JSON object
         envelope(PERSON, {"id": 5, "name": None}),
     ]
     typed = typed_rows(rows(values))
@@ -629,7 +633,7 @@ def test_envelopes_become_columns_and_keep_their_bytes() -> None:
     assert table.column("kafka_value").to_pylist() == values  # every envelope's bytes kept
     errors = table.column(VALUE_ERROR_COLUMN).to_pylist()
     assert errors[:3] == [None, None, None] and errors[4] is None
-    assert errors[3] == f"{NOT_AN_ENVELOPE}: an object without 'schema' and 'payload'"
+    assert errors[3] == "value: not a JSON object but an array"
     ids = table.column(VALUE_SCHEMA_ID_COLUMN).to_pylist()
     (shape_id,) = layout.value.schemas if layout.value else ()
     assert ids == [shape_id, shape_id, None, None, shape_id]
@@ -938,3 +942,25 @@ def test_random_schemas_and_values_decode_back_to_what_was_written(
             want = [None if row is None else row[name] for row in expected]
             assert table.column(name).to_pylist() == [*want, None]
         assert table.column("kafka_value").to_pylist() == texts
+
+
+def test_json_without_envelopes_reads_as_plain_json() -> None:
+    """What JsonConverter writes with schemas.enable=false: the json codec's rules (columns
+    from the data, canonical text re-encoded), beside envelopes of another topic's converter."""
+    values = [b'{"id":1,"name":"Ann"}', b'{"id":2,"name":"Bo"}', None]
+    typed = typed_rows(rows(values))
+    layout = typed.layout
+    assert [f.name for f in layout.schema.fields][-2:] == ["id", "name"]
+    table = typed.decode(rows(values)).table
+    assert table.select(["id", "name"]).to_pylist() == [
+        {"id": 1, "name": "Ann"},
+        {"id": 2, "name": "Bo"},
+        {"id": None, "name": None},
+    ]
+    assert table.column(VALUE_ERROR_COLUMN).to_pylist() == [None, None, None]
+    # canonical plain JSON keeps no bytes, and re-encodes to the very bytes
+    assert table.column("kafka_value").to_pylist() == [None, None, None]
+    _, again = typed.encode(table)
+    assert again.to_pylist() == values
+    (shape,) = layout.value.schemas.values() if layout.value else ()
+    assert shape.schema_type == "JSON"
