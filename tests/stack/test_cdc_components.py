@@ -20,12 +20,10 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 
 from bergstream.devstack.stack import KAFKA_VERSION, stack_down, stack_env, stack_status, stack_up
@@ -35,6 +33,14 @@ from bergstream.devstack.stack.kafka_connect import (
     apicurio_avro_converter_config,
 )
 from bergstream.devstack.stack.ports import port_is_open
+from tests.cdc_kit import (
+    JSON_CONVERTER,
+    Capture,
+    connect_client,
+    connector_config,
+    drop_slot,
+    wait_running,
+)
 from tests.conftest import CDC_COMPONENTS
 
 psycopg = pytest.importorskip("psycopg")
@@ -42,7 +48,6 @@ psycopg = pytest.importorskip("psycopg")
 pytestmark = pytest.mark.slow
 
 BERGSTREAM = str(Path(sys.executable).with_name("bergstream"))
-JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
 
 #: The captured table: a composite key and one column of each kind Debezium maps differently.
 TABLE_DDL = """
@@ -91,84 +96,6 @@ OPS = ["r", "c", "u", "d", "t"]
 # Connectors
 
 
-@dataclass
-class Capture:
-    """One Debezium connector on its own table."""
-
-    name: str
-    table: str
-    slot: str
-    publication: str
-    prefix: str
-
-    @property
-    def topic(self) -> str:
-        return f"{self.prefix}.public.{self.table}"
-
-
-def _connect(env: dict[str, str]) -> httpx.Client:
-    return httpx.Client(base_url=env["BERGSTREAM_CONNECT_URL"], timeout=30.0, trust_env=False)
-
-
-def _connector_config(env: dict[str, str], capture: Capture) -> dict[str, str]:
-    url = urlsplit(env["BERGSTREAM_POSTGRES_URL"])
-    assert url.hostname and url.port and url.username and url.password
-    return {
-        "connector.class": POSTGRES_CONNECTOR,
-        "tasks.max": "1",
-        "plugin.name": "pgoutput",
-        "database.hostname": url.hostname,
-        "database.port": str(url.port),
-        "database.user": url.username,
-        "database.password": url.password,
-        "database.dbname": url.path.lstrip("/"),
-        "topic.prefix": capture.prefix,
-        "slot.name": capture.slot,
-        "publication.name": capture.publication,
-        "publication.autocreate.mode": "filtered",
-        "table.include.list": f"public.{capture.table}",
-        "snapshot.mode": "initial",
-        # Debezium 3 skips truncates by default ("t"): capture every operation.
-        "skipped.operations": "none",
-    }
-
-
-def _wait_running(client: httpx.Client, name: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    status: Any = None
-    while time.monotonic() < deadline:
-        response = client.get(f"/connectors/{name}/status")
-        if response.status_code == 200:
-            status = response.json()
-            states = [status["connector"]["state"]] + [t["state"] for t in status["tasks"]]
-            assert "FAILED" not in states, json.dumps(status, indent=2)
-            if status["tasks"] and set(states) == {"RUNNING"}:
-                return
-        time.sleep(0.2)
-    raise AssertionError(f"connector {name} not running after {timeout} s: {status}")
-
-
-def _drop_slot(env: dict[str, str], capture: Capture) -> None:
-    """Drop the connector's slot (once its walsender is gone) and its publication."""
-    with psycopg.connect(env["BERGSTREAM_POSTGRES_URL"], autocommit=True) as conn:
-        deadline = time.monotonic() + 30
-        while True:
-            row = conn.execute(
-                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
-                (capture.slot,),
-            ).fetchone()
-            if row is None:
-                break
-            if row[0] is None:
-                conn.execute("SELECT pg_drop_replication_slot(%s)", (capture.slot,))
-                break
-            if time.monotonic() > deadline:  # the task did not let go: end its walsender
-                conn.execute("SELECT pg_terminate_backend(%s)", (row[0],))
-            time.sleep(0.2)
-        conn.execute(f"DROP PUBLICATION IF EXISTS {capture.publication}")
-        conn.execute(f"DROP TABLE IF EXISTS public.{capture.table}")
-
-
 @pytest.fixture
 def capture(cdc_stack_env: dict[str, str]) -> Iterator[Callable[[dict[str, str]], Capture]]:
     """Register a Debezium connector (with the converter settings given) on a new table that
@@ -192,19 +119,19 @@ def capture(cdc_stack_env: dict[str, str]) -> Iterator[Callable[[dict[str, str]]
                 SEED,
             )
         made.append(cap)
-        with _connect(env) as client:
-            config = {**_connector_config(env, cap), **converters}
+        with connect_client(env) as client:
+            config = {**connector_config(env, cap), **converters}
             response = client.post("/connectors", json={"name": cap.name, "config": config})
             assert response.status_code == 201, response.text
-            _wait_running(client, cap.name)
+            wait_running(client, cap.name)
         return cap
 
     yield register
-    with _connect(env) as client:
+    with connect_client(env) as client:
         for cap in made:
             client.delete(f"/connectors/{cap.name}")
     for cap in made:
-        _drop_slot(env, cap)
+        drop_slot(env, cap)
 
 
 def _make_changes(env: dict[str, str], table: str) -> None:
@@ -439,7 +366,7 @@ def test_env_exports_postgres_and_connect(cdc_stack_env: dict[str, str]) -> None
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
         psycopg.connect(postgres_url.replace(urlsplit(postgres_url).password or "", "wrong"))
 
-    with _connect(cdc_stack_env) as client:
+    with connect_client(cdc_stack_env) as client:
         assert client.get("/").json()["version"] == KAFKA_VERSION
         plugins = client.get("/connector-plugins", params={"connectorsOnly": "false"}).json()
         classes = {plugin["class"] for plugin in plugins}
@@ -524,5 +451,5 @@ def test_down_stops_every_process_then_up_restores_the_stack(
         assert conn.execute("SELECT n FROM kept").fetchall() == [(42,)]
         conn.execute("DROP TABLE kept")
         conn.commit()
-    with _connect(env) as client:
+    with connect_client(env) as client:
         assert client.get("/health").status_code == 200
