@@ -371,7 +371,17 @@ def _kinds_debezium(
         _column(rows, "kafka_value_schema_id").is_null()
     )
     value_errors = _column(rows, VALUE_ERROR_COLUMN).to_pylist()
-    event = _event(rows, layout.envelope) if layout.envelope is not None else {}
+    if layout.envelope is None:  # the log has no typed values: no change event to read
+        why = [
+            None
+            if value_null[index] and value_errors[index] is None
+            else "debezium mode reads change events from typed values: give the topic a codecs: "
+            "rule (connect-json, json or registry)"
+            for index in range(count)
+        ]
+        kinds[[w is None for w in why]] = _IGNORE
+        return kinds, why
+    event = _event(rows, layout.envelope)
     ops = event.get("op")
     op_list = ops.to_pylist() if ops is not None else [None] * count
     after = event.get("after")

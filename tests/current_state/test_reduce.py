@@ -322,3 +322,13 @@ def test_key_fields_need_upsert_mode() -> None:
 
     with pytest.raises(ValidationError, match="key_fields names a row's identity"):
         TableModeRule(match="*", mode="debezium", key_fields=["id"])
+
+
+def test_debezium_without_a_value_codec_rejects_every_event_with_the_fix() -> None:
+    layout = state_layout(ROW_SCHEMA, 10, DEBEZIUM)
+    assert layout.envelope is None
+    rows = raw_rows([(0, 0, b'{"id":1}', b'{"op":"c"}'), (0, 1, b'{"id":1}', None)])
+    changes = reduce_changes(layout, rows, arrow_type(rejected_layout(ROW_SCHEMA)))
+    assert changes.upserts.num_rows == 0 and not len(changes.deletes)
+    (reason,) = [r["reason"] for r in changes.rejected.to_pylist()]
+    assert "give the topic a codecs: rule" in reason  # the tombstone is ignored

@@ -211,6 +211,12 @@ class CurrentProvider:
 
     # ------------------------------------------------------------------ catalog
 
+    @staticmethod
+    def history_name(topic: str, mode: TableMode, digest: str | None) -> str:
+        """The name of ``current.<topic>``'s history: a new mode or typed layout starts a new
+        history (its snapshots have another schema)."""
+        return history_table_name(CURRENT, topic, f"{mode.value}.{digest or 'raw'}")
+
     def mode_of(self, topic: str) -> TableMode:
         """The mode the ``tables:`` section gives ``topic``."""
         rule = mode_rule_for(self.tables, topic)
@@ -292,7 +298,7 @@ class CurrentProvider:
 
     async def _load(self, topic: str, synced: bool) -> LoadedTable | None:
         view = await self.view(topic)
-        name = history_table_name(CURRENT, topic, view.digest)
+        name = self.history_name(topic, view.layout.mode, view.digest)
         if not synced and await self.hotset.histories.sync(name):
             return await self._load(topic, synced=True)
         applied = await self.applied(view)
@@ -480,7 +486,7 @@ class CurrentProvider:
         found = await self.store.get(key.key)
         if found is not None:
             return found
-        name = history_table_name(CURRENT, key.topic, key.layout)
+        name = self.history_name(key.topic, self.mode_of(key.topic), key.layout)
         history = await self.hotset.histories.snapshots(name)
         recorded = next((s for s in history if s.snapshot_id == key.snapshot_id), None)
         if recorded is None:
