@@ -33,7 +33,8 @@ partitions are rejected.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -53,6 +54,7 @@ from bergstream.core.row_contract import (
     VALUE_FIELD_DOC,
     arrow_type,
 )
+from bergstream.core.state_index import StateIndex
 from bergstream.core.table_modes import TableMode, TableModeRule
 from bergstream.core.typed_rows import project_array
 
@@ -322,16 +324,9 @@ class StateChanges:
     truncated: bool
     #: Log rows not applied, in the rejected layout (the log's columns, then ``reason``).
     rejected: pa.Table
-
-    @property
-    def replaced(self) -> pa.Array:
-        """Every identity whose row in the state before goes: upserted or deleted."""
-        return pa.concat_arrays([self.upsert_ids, self.deletes])
-
-
-#: Given identities (``large_binary``), the partition of each one's row in the state the changes
-#: apply to (-1: none): a key's records in another partition are rejected.
-Owners = Callable[[pa.Array], np.ndarray]
+    #: Positions per data file of the state's rows these changes replace or delete (every
+    #: row after a truncate): what the delete file of the commit names.
+    removed: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 _UPSERT, _DELETE, _TRUNCATE, _IGNORE, _REJECT = range(5)
 
@@ -538,11 +533,12 @@ def reduce_changes(
     layout: StateLayout,
     rows: pa.Table,
     rejected_schema: pa.Schema,
-    owners: Owners | None = None,
+    state: StateIndex | None = None,
 ) -> StateChanges:
     """What the log rows ``rows`` (any order; every row of a range of offsets per partition,
-    above what the state has applied) do to the state: see the module docstring. ``owners``
-    gives the partition of each identity's row in that state (None: an empty state)."""
+    above what the state has applied) do to the state whose live rows ``state`` indexes
+    (None: an empty state): see the module docstring. The state's rows are probed once, for
+    the partition of each key's row and the rows the changes remove."""
     ids, reasons = identities(layout, rows)
     if layout.mode is TableMode.DEBEZIUM:
         kinds, why = _kinds_debezium(layout, rows, reasons)
@@ -553,6 +549,7 @@ def reduce_changes(
     partitions = _column(rows, "kafka_partition").to_numpy(zero_copy_only=False)
     offsets = _column(rows, "kafka_offset").to_numpy(zero_copy_only=False)
     winners = np.empty(0, dtype=np.int64)
+    hit_rows = hit_groups = winner_groups = np.empty(0, dtype=np.int64)
     if len(applied):
         applied_ids = ids.take(pa.array(applied))
         order = pc.sort_indices(
@@ -569,9 +566,9 @@ def reduce_changes(
         group = np.cumsum(starts) - 1
         first_rows = sorted_rows[starts]
         owner = partitions[first_rows].astype(np.int64)  # the lowest partition of each key
-        if owners is not None and not truncated:
-            known = np.asarray(owners(sorted_ids.filter(pa.array(starts))), dtype=np.int64)
-            owner = np.where(known >= 0, known, owner)
+        if state is not None and not truncated:
+            hit_rows, hit_groups = state.probe(sorted_ids.filter(pa.array(starts)))
+            owner[hit_groups] = state.partitions[hit_rows]
         row_owner = owner[group]
         strays = partitions[sorted_rows] != row_owner
         for index, group_id in zip(sorted_rows[strays], group[strays], strict=True):
@@ -586,6 +583,7 @@ def reduce_changes(
         if len(kept_rows):
             ends = np.concatenate([kept_group[1:] != kept_group[:-1], [True]])
             winners = kept_rows[ends]
+            winner_groups = kept_group[ends]
     winner_kinds = kinds[winners]
     upsert_rows = np.sort(winners[winner_kinds == _UPSERT])
     delete_rows = winners[winner_kinds == _DELETE]
@@ -594,10 +592,16 @@ def reduce_changes(
     upsert_rows = upsert_rows[order] if len(upsert_rows) else upsert_rows
     upserts = _state_rows(layout, rows.take(pa.array(upsert_rows, pa.int64())))
     rejected = rejected_log_rows(rows, why, rejected_schema)
+    removed: dict[str, np.ndarray] = {}
+    if state is not None and truncated:
+        removed = state.by_file()
+    elif state is not None:
+        removed = state.by_file(hit_rows[np.isin(hit_groups, winner_groups)])
     return StateChanges(
         upserts=upserts,
         upsert_ids=ids.take(pa.array(upsert_rows, pa.int64())),
         deletes=ids.take(pa.array(delete_rows, pa.int64())),
         truncated=truncated,
         rejected=rejected,
+        removed=removed,
     )

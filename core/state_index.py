@@ -57,17 +57,15 @@ DeletedPositions = Mapping[str, np.ndarray]
 def position_deletes_table(deleted: DeletedPositions) -> pa.Table:
     """A position delete file's rows for ``deleted``, sorted by path then position as the
     Iceberg spec asks (each file's positions deduplicated)."""
-    paths: list[str] = []
-    positions: list[np.ndarray] = []
-    for path in sorted(deleted):
-        unique = np.unique(np.asarray(deleted[path], dtype=np.int64))
-        if len(unique):
-            paths.extend([path] * len(unique))
-            positions.append(unique)
+    paths = sorted(p for p in deleted if len(deleted[p]))
+    positions = [np.unique(np.asarray(deleted[p], dtype=np.int64)) for p in paths]
+    counts = np.array([len(p) for p in positions], dtype=np.int64)
+    codes = np.repeat(np.arange(len(paths), dtype=np.int32), counts)
+    dictionary = pa.array(paths, pa.large_string())
+    file_path = pa.DictionaryArray.from_arrays(pa.array(codes), dictionary).cast(pa.large_string())
     pos = np.concatenate(positions) if positions else np.empty(0, dtype=np.int64)
     return pa.Table.from_arrays(
-        [pa.array(paths, pa.large_string()), pa.array(pos, pa.int64())],
-        schema=POSITION_DELETE_SCHEMA,
+        [file_path, pa.array(pos, pa.int64())], schema=POSITION_DELETE_SCHEMA
     )
 
 
@@ -135,31 +133,22 @@ class StateIndex:
         """How many rows are live."""
         return len(self.ids)
 
-    def _matching(self, identities: pa.Array) -> np.ndarray:
-        """Indexes into the live rows of those whose identity is in ``identities``."""
-        if not len(identities) or not self.live_rows:
-            return np.empty(0, dtype=np.int64)
-        values = pc.cast(identities, pa.large_binary()).drop_null()
-        hit = pc.is_in(self.ids, value_set=values).to_numpy(zero_copy_only=False)
-        return np.flatnonzero(hit)
+    def probe(self, distinct: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """The live rows whose identity is among ``distinct`` (identities without repeats, such
+        as the keys a batch of changes touches), and for each, the index of its identity in
+        ``distinct``. The live rows are probed against a hash of ``distinct`` (far fewer than
+        the live rows), so no hash of every live row is built per call."""
+        if not len(distinct) or not self.live_rows:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        at = pc.index_in(self.ids, value_set=pc.cast(distinct, pa.large_binary()))
+        hit = np.asarray(at.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        return np.flatnonzero(hit), at.filter(pa.array(hit)).to_numpy().astype(np.int64)
 
-    def owners(self, identities: pa.Array) -> np.ndarray:
-        """The partition of each identity's live row (-1: none)."""
-        if not self.live_rows:
-            return np.full(len(identities), -1, dtype=np.int64)
-        found = pc.index_in(pc.cast(identities, pa.large_binary()), value_set=self.ids)
-        where = found.to_numpy(zero_copy_only=False)
-        missing = np.isnan(where) if where.dtype.kind == "f" else np.zeros(len(where), bool)
-        picks = np.where(missing, 0, where).astype(np.int64)
-        return np.where(missing, -1, self.partitions[picks].astype(np.int64))
-
-    def replaced(self, identities: pa.Array, everything: bool = False) -> dict[str, np.ndarray]:
-        """Positions per data file of the live rows of ``identities`` (all live rows when
-        ``everything``, as after a truncate): what a delete file must name to remove them."""
-        rows = np.arange(self.live_rows) if everything else self._matching(identities)
-        return self._by_file(rows)
-
-    def _by_file(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+    def by_file(self, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Positions per data file of the live rows ``rows`` (indexes into the live rows; all
+        of them for None): what a delete file must name to remove them."""
+        if rows is None:
+            rows = np.arange(self.live_rows)
         out: dict[str, np.ndarray] = {}
         if not len(rows):
             return out

@@ -237,8 +237,8 @@ class StateKeeper:
         rows = log_rows_between(log, start, end)
         index, base_snapshot = self._current_index(state, layout)
         rejected_schema = rejected_layout(log.schema())
-        changes = reduce_changes(layout, rows, arrow_type(rejected_schema), index.owners)
-        removed = index.replaced(changes.replaced, everything=changes.truncated)
+        changes = reduce_changes(layout, rows, arrow_type(rejected_schema), index)
+        removed = changes.removed
         boundary = merge_boundaries(start, end)
         if changes.rejected.num_rows:
             self._reject(changes.rejected, rejected_schema, log.metadata.last_column_id, end)

@@ -51,8 +51,9 @@ class StateFiles:
 
 def rows_file(path: str, rows: pa.Table, schema: Schema, compression: str) -> SynthesizedFile:
     """The Parquet data file at ``path`` (an ``s3://`` gateway location) holding ``rows`` (the
-    Arrow schema of ``schema``), with its ``DataFile`` and column statistics."""
-    data = parquet_bytes(rows, compression, all_statistics=True)
+    Arrow schema of ``schema``), with its ``DataFile`` and the statistics of the row contract's
+    small columns (partition, offset, timestamp), as the hotset's files have them."""
+    data = parquet_bytes(rows, compression)
     metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
     statistics = data_file_statistics_from_parquet_metadata(
         parquet_metadata=metadata,
@@ -77,7 +78,14 @@ def rows_file(path: str, rows: pa.Table, schema: Schema, compression: str) -> Sy
 def deletes_file(path: str, deletes: pa.Table, compression: str) -> SynthesizedFile:
     """The position delete file at ``path`` holding ``deletes`` (``file_path``, ``pos``,
     sorted), with its ``DataFile``."""
-    data = parquet_bytes(deletes.cast(POSITION_DELETE_SCHEMA), compression, all_statistics=True)
+    # One path per data file, repeated for each of its positions: a dictionary keeps the file
+    # small and quick to read.
+    data = parquet_bytes(
+        deletes.cast(POSITION_DELETE_SCHEMA),
+        compression,
+        all_statistics=True,
+        dictionary_columns=["file_path"],
+    )
     file = DataFile.from_args(
         content=DataFileContent.POSITION_DELETES,
         file_path=path,

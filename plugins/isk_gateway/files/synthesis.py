@@ -74,9 +74,11 @@ def parquet_bytes(
     compression: str = "snappy",
     row_group_rows: int = 1 << 20,
     all_statistics: bool = False,
+    dictionary_columns: Sequence[str] = _DICTIONARY_COLUMNS,
 ) -> memoryview:
     """Write ``table`` (``ROW_ARROW_SCHEMA``, field ids kept) as one Parquet file in memory:
-    statistics (unless ``all_statistics``) and dictionaries only on small columns.
+    statistics (unless ``all_statistics``) and dictionaries only on small columns (or on
+    ``dictionary_columns``).
 
     The file is written into one buffer of Arrow's pool sized for the worst case (the rows
     plus codec overhead: pages never touched cost nothing) and returned as a view of it: a
@@ -90,7 +92,7 @@ def parquet_bytes(
         "compression": compression,
         "row_group_size": row_group_rows,
         "store_schema": False,
-        "use_dictionary": _DICTIONARY_COLUMNS,
+        "use_dictionary": list(dictionary_columns),
         "write_statistics": True if all_statistics else _STATISTICS_COLUMNS,
     }
     bound = table.nbytes + table.nbytes // 4 + (1 << 20)

@@ -396,9 +396,8 @@ class CurrentProvider:
         index = index or StateIndex()
         log_schema = view.log_schema
         rejected = arrow_type(rejected_layout(log_schema))
-        changes = reduce_changes(view.layout, rows, rejected, index.owners)
-        replaced = index.replaced(changes.replaced, everything=changes.truncated)
-        deleted = index.all_deleted(replaced)
+        changes = reduce_changes(view.layout, rows, rejected, index)
+        deleted = index.all_deleted(changes.removed)
         snapshot_id = view.snapshot_id
         rows_out = None
         if changes.upserts.num_rows:
