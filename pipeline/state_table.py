@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -320,18 +320,7 @@ class StateKeeper:
                 paths.add(path)
             operation = operation.validateDataFilesExist(paths).validateDeletedFiles()
         if data is not None:
-            path, size, _ = data
-            metrics = iceberg.parquet.ParquetUtil.fileMetrics(
-                table.io().newInputFile(path, size), iceberg.MetricsConfig.forTable(table)
-            )
-            file = (
-                iceberg.DataFiles.builder(spec)
-                .withPath(path)
-                .withFormat(iceberg.FileFormat.PARQUET)
-                .withFileSizeInBytes(size)
-                .withMetrics(metrics)
-                .build()
-            )
+            file = _data_file(iceberg, table, data[0], data[1])
             operation = operation.appendFile(file) if deletes is None else operation.addRows(file)
         if deletes is not None:
             path, size, count = deletes
@@ -378,21 +367,25 @@ class StateKeeper:
         jvm = self.spark.sparkContext._jvm  # type: ignore[attr-defined]
         iceberg = jvm.org.apache.iceberg
         java = table.java
-        path, size, _ = written
-        metrics = iceberg.parquet.ParquetUtil.fileMetrics(
-            java.io().newInputFile(path, size), iceberg.MetricsConfig.forTable(java)
-        )
-        file = (
-            iceberg.DataFiles.builder(java.spec())
-            .withPath(path)
-            .withFormat(iceberg.FileFormat.PARQUET)
-            .withFileSizeInBytes(size)
-            .withMetrics(metrics)
-            .build()
-        )
-        append = java.newAppend().appendFile(file)
+        append = java.newAppend().appendFile(_data_file(iceberg, java, written[0], written[1]))
         append.set(BOUNDARY_PROPERTY, format_boundary(merge_boundaries(known, end)))
         append.commit()
+
+
+def _data_file(iceberg: Any, table: Any, path: str, size: int) -> Any:
+    """The Java ``DataFile`` of a Parquet file of an unpartitioned ``table``, its metrics read
+    from the file's footer by Iceberg's own code, as its writers make them."""
+    metrics = iceberg.parquet.ParquetUtil.fileMetrics(
+        table.io().newInputFile(path, size), iceberg.MetricsConfig.forTable(table)
+    )
+    return (
+        iceberg.DataFiles.builder(table.spec())
+        .withPath(path)
+        .withFormat(iceberg.FileFormat.PARQUET)
+        .withFileSizeInBytes(size)
+        .withMetrics(metrics)
+        .build()
+    )
 
 
 class _Conflict(RuntimeError):

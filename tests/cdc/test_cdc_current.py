@@ -44,6 +44,7 @@ from tests.isk_e2e.helpers import (
     duckdb_connection,
     shared_spark,
     start_gateway,
+    stop_gateway,
 )
 from tests.isk_trino.conftest import create_catalog
 from tests.ksi.stack_kit import lake_yaml, run_pipeline_once
@@ -347,9 +348,7 @@ def stage(
                 client.delete(f"/connectors/{capture.name}")
         for capture in captures.values():
             drop_slot(env, capture)
-        code = gateway.process.stop()
-        print(gateway.process.log()[-20000:], file=sys.stderr)
-        assert code == 0, f"bergstream run exited with {code}:\n{gateway.process.log()}"
+        stop_gateway(gateway)
 
 
 def run_examples(stage: Stage, count: int) -> None:

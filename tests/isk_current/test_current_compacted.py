@@ -5,7 +5,6 @@ the pipeline's state table and Kafka, while Kafka's log cleaner compacts the top
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.isk_current.test_current_upsert import TABLES, replay
-from tests.isk_e2e.helpers import Gateway, produce, start_gateway
+from tests.isk_e2e.helpers import Gateway, produce, start_gateway, stop_gateway
 from tests.ksi.stack_kit import lake_yaml, run_pipeline_once
 
 pytestmark = pytest.mark.slow
@@ -76,9 +75,7 @@ def stage(
     try:
         yield Stage(gateway, topic, kafka_bootstrap, [])
     finally:
-        code = gateway.process.stop()
-        print(gateway.process.log()[-20000:], file=sys.stderr)
-        assert code == 0, f"bergstream run exited with {code}:\n{gateway.process.log()}"
+        stop_gateway(gateway)
 
 
 def log_records(stage: Stage) -> int:

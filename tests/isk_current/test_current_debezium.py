@@ -8,14 +8,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from tests.isk_e2e.helpers import Gateway, produce, start_gateway
+from tests.isk_e2e.helpers import Gateway, produce, start_gateway, stop_gateway
 from tests.ksi.stack_kit import lake_yaml, run_pipeline_once
 
 pytestmark = pytest.mark.slow
@@ -116,9 +115,7 @@ def stage(
     try:
         yield stage
     finally:
-        code = gateway.process.stop()
-        print(gateway.process.log()[-20000:], file=sys.stderr)
-        assert code == 0, f"bergstream run exited with {code}:\n{gateway.process.log()}"
+        stop_gateway(gateway)
 
 
 def source_rows(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:

@@ -5,7 +5,6 @@ and Spark unmodified, at zero lag; the log namespaces keep every record."""
 from __future__ import annotations
 
 import random
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from tests.isk_e2e.helpers import (
     produce,
     shared_spark,
     start_gateway,
+    stop_gateway,
 )
 from tests.ksi.stack_kit import lake_yaml, run_pipeline_once
 
@@ -95,9 +95,7 @@ def stage(
         stage.add(changes(rng, 300, "hot"))  # only in Kafka
         yield stage
     finally:
-        code = gateway.process.stop()
-        print(gateway.process.log()[-20000:], file=sys.stderr)
-        assert code == 0, f"bergstream run exited with {code}:\n{gateway.process.log()}"
+        stop_gateway(gateway)
 
 
 def state_of(rows: list[dict[str, Any]]) -> dict[bytes, bytes]:

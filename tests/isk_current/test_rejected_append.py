@@ -5,12 +5,11 @@ Kafka beyond it, each with its reason; the log keeps them."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.isk_e2e.helpers import Gateway, produce, start_gateway
+from tests.isk_e2e.helpers import Gateway, produce, start_gateway, stop_gateway
 from tests.ksi.stack_kit import lake_yaml, run_pipeline_once
 
 pytestmark = pytest.mark.slow
@@ -31,9 +30,7 @@ def gateway(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
     try:
         yield running
     finally:
-        code = running.process.stop()
-        print(running.process.log()[-20000:], file=sys.stderr)
-        assert code == 0, f"bergstream run exited with {code}:\n{running.process.log()}"
+        stop_gateway(running)
 
 
 def test_undecodable_values_are_listed_with_their_reason(

@@ -4,6 +4,7 @@ records, consume them directly, and load the DuckDB extensions from their wheels
 from __future__ import annotations
 
 import contextlib
+import sys
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,6 +71,14 @@ def start_gateway(
         config, kafka_bootstrap, {"BERGSTREAM_HOME": str(workdir / "home")}, "the isk service"
     )
     return Gateway(running, f"http://127.0.0.1:{catalog_port}", f"http://127.0.0.1:{s3_port}")
+
+
+def stop_gateway(gateway: Gateway) -> None:
+    """Stop ``gateway``'s process; its log's end on stderr (pytest shows it when a test
+    failed), and a failure if it did not exit cleanly."""
+    code = gateway.process.stop()
+    print(gateway.process.log()[-20000:], file=sys.stderr)
+    assert code == 0, f"bergstream run exited with {code}:\n{gateway.process.log()}"
 
 
 def produce(bootstrap: str, topic: str, records: list[dict[str, Any]]) -> None:

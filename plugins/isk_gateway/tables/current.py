@@ -78,6 +78,7 @@ from bergstream.plugins.isk_gateway.tables.coldset import (
     relative_path,
     with_path,
 )
+from bergstream.plugins.isk_gateway.tables.derived_files import DerivedFiles
 from bergstream.plugins.isk_gateway.tables.history import (
     PLAN_ATTEMPTS,
     SnapshotState,
@@ -95,7 +96,6 @@ from bergstream.plugins.isk_gateway.tables.paths import (
     ChangesKey,
     ColdFileKey,
     key_from_uri,
-    parse_key,
     uri,
 )
 from bergstream.plugins.isk_gateway.tables.provider import (
@@ -186,7 +186,7 @@ class Applied:
     files: StateFiles
 
 
-class CurrentProvider:
+class CurrentProvider(DerivedFiles):
     """Serves the ``current`` namespace over the hotset (Kafka), the coldset (the log's lake
     table, optional) and the lake's state tables (optional)."""
 
@@ -480,6 +480,10 @@ class CurrentProvider:
 
     # ------------------------------------------------------------------ files
 
+    def _lake_namespace(self) -> str:
+        assert self.states is not None
+        return self.states.lake.current_namespace
+
     async def _changes_file(self, key: ChangesKey) -> bytes | memoryview:
         """A rows or deletes file: kept, or built again from the snapshot's recorded state."""
         found = await self.store.get(key.key)
@@ -498,45 +502,6 @@ class CurrentProvider:
         if synthesized is None:
             raise NoSuchFile(f"no such key {key.key!r}")
         return synthesized.parquet
-
-    async def _lake_file(self, key: ColdFileKey, start: int | None, end: int | None) -> bytes:
-        if self.states is None:
-            raise NoSuchFile(f"no such key {key.key!r} (ISK has no lake)")
-        namespace = self.states.lake.current_namespace
-        return await asyncio.to_thread(self.states.read, namespace, key.topic, key.path, start, end)
-
-    async def _bytes(
-        self, key: str, start: int | None = None, end: int | None = None
-    ) -> bytes | memoryview:
-        parsed = parse_key(key)
-        if isinstance(parsed, ChangesKey):
-            data = await self._changes_file(parsed)
-            return data if start is None else data[start:end]
-        if isinstance(parsed, ColdFileKey):
-            return await self._lake_file(parsed, start, end)
-        found = await self.store.get(key)  # metadata files
-        if found is None:
-            raise NoSuchFile(f"no such key {key!r}")
-        return found if start is None else found[start:end]
-
-    async def file_size(self, key: str) -> int:
-        """Size of a ``current`` key."""
-        size = self.store.size(key)
-        if size is not None:
-            return size
-        return len(await self._bytes(key))
-
-    async def read_file(self, key: str) -> bytes:
-        """A ``current`` key's bytes."""
-        return bytes(await self._bytes(key))
-
-    async def read_range(self, key: str, start: int, end: int) -> bytes | memoryview:
-        """Bytes ``[start, end)`` of a ``current`` key."""
-        return await self._bytes(key, start, end)
-
-    async def list_keys(self, prefix: str, limit: int) -> list[tuple[str, int]]:
-        """Keys of the loaded ``current`` tables under ``prefix``."""
-        return self.store.list_keys(prefix, limit)
 
 
 def conform_rows(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:

@@ -53,6 +53,7 @@ from bergstream.plugins.isk_gateway.files.table_metadata import (
 )
 from bergstream.plugins.isk_gateway.tables.coldset import relative_path, with_path
 from bergstream.plugins.isk_gateway.tables.current import CurrentProvider, StateView, conform_rows
+from bergstream.plugins.isk_gateway.tables.derived_files import DerivedFiles
 from bergstream.plugins.isk_gateway.tables.history import (
     PLAN_ATTEMPTS,
     SnapshotState,
@@ -69,7 +70,6 @@ from bergstream.plugins.isk_gateway.tables.paths import (
     ChangesKey,
     ColdFileKey,
     key_from_uri,
-    parse_key,
     uri,
 )
 from bergstream.plugins.isk_gateway.tables.provider import (
@@ -109,11 +109,12 @@ class _Rejections:
     lake_snapshot_id: int | None
 
 
-class RejectedProvider:
+class RejectedProvider(DerivedFiles):
     """Serves the ``rejected`` namespace beside a :class:`~.current.CurrentProvider`."""
 
     def __init__(self, current: CurrentProvider) -> None:
         self.current = current
+        self.states = current.states
         self.hotset = current.hotset
         self.cluster = current.cluster
         self.bucket = current.bucket
@@ -391,43 +392,16 @@ class RejectedProvider:
 
     # ------------------------------------------------------------------ files
 
-    async def _bytes(
-        self, key: str, start: int | None = None, end: int | None = None
-    ) -> bytes | memoryview:
-        parsed = parse_key(key)
-        if isinstance(parsed, ColdFileKey):
-            return await self._lake_file(parsed, start, end)
-        found = await self.store.get(key)
-        if found is None and isinstance(parsed, ChangesKey):
-            built = self._built.get(key)
+    def _lake_namespace(self) -> str:
+        assert self.current.states is not None
+        return self.current.states.lake.rejected_namespace
+
+    async def _changes_file(self, key: ChangesKey) -> bytes | memoryview:
+        found = await self.store.get(key.key)
+        if found is None:
+            built = self._built.get(key.key)
             found = built.parquet if built is not None else None
         if found is None:
             # a rows file lost from the cache: a load of its table builds the current one again
-            raise NoSuchFile(f"no such key {key!r} (not built by this gateway, or evicted)")
-        return found if start is None else found[start:end]
-
-    async def _lake_file(self, key: ColdFileKey, start: int | None, end: int | None) -> bytes:
-        states = self.current.states
-        if states is None:
-            raise NoSuchFile(f"no such key {key.key!r} (ISK has no lake)")
-        namespace = states.lake.rejected_namespace
-        return await asyncio.to_thread(states.read, namespace, key.topic, key.path, start, end)
-
-    async def file_size(self, key: str) -> int:
-        """Size of a ``rejected`` key."""
-        size = self.store.size(key)
-        if size is not None:
-            return size
-        return len(await self._bytes(key))
-
-    async def read_file(self, key: str) -> bytes:
-        """A ``rejected`` key's bytes."""
-        return bytes(await self._bytes(key))
-
-    async def read_range(self, key: str, start: int, end: int) -> bytes | memoryview:
-        """Bytes ``[start, end)`` of a ``rejected`` key."""
-        return await self._bytes(key, start, end)
-
-    async def list_keys(self, prefix: str, limit: int) -> list[tuple[str, int]]:
-        """Keys of the loaded ``rejected`` tables under ``prefix``."""
-        return self.store.list_keys(prefix, limit)
+            raise NoSuchFile(f"no such key {key.key!r} (not built by this gateway, or evicted)")
+        return found
