@@ -238,7 +238,7 @@ class FileRowsCache:
     """The rows each state data file holds (identity and partition), kept by path: data files
     never change, so a file is read once however many snapshots list it. Bounded by rows."""
 
-    def __init__(self, max_rows: int = 20_000_000) -> None:
+    def __init__(self, max_rows: int = 5_000_000) -> None:
         self.max_rows = max_rows
         self._files: dict[str, StateFileRows] = {}
         self._rows = 0

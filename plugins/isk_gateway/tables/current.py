@@ -115,7 +115,7 @@ if TYPE_CHECKING:
 __all__ = ["Applied", "CurrentProvider", "StateView", "conform_rows"]
 
 #: Snapshots whose changes (rows, deletes, rejected rows) are kept in memory, all tables.
-_KEPT_CHANGES = 64
+_KEPT_CHANGES = 8
 _MAX_INT64 = 2**63 - 1
 
 
