@@ -9,6 +9,7 @@ jars and SQL extensions are fixed when the session starts, catalogs are attached
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import sys
 from collections.abc import Iterator
@@ -104,7 +105,7 @@ def build_session(
     for key, value in conf.items():
         builder = builder.config(key, value)
     try:
-        with _child_stdout_to_stderr():
+        with _child_stdout_to_stderr(), _ivy_cache_lock():
             spark = builder.getOrCreate()
     except Exception as error:
         if is_local_master(conf["spark.master"]):
@@ -116,6 +117,21 @@ def build_session(
         ) from None
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+@contextlib.contextmanager
+def _ivy_cache_lock() -> Iterator[None]:
+    """Hold ``<ivy cache>/resolve.lock`` while a session starts: Ivy does not lock its cache, so
+    two pipelines starting at once on one machine (or two test workers) could write the same
+    jar together on a first download."""
+    lock_path = ivy_dir() / "resolve.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _first_line(error: BaseException) -> str:

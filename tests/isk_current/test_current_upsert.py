@@ -32,6 +32,8 @@ KEYS = 80
 TABLES = """
 tables:
   topics:
+    - match: "plain-*"
+      mode: append
     - match: "*"
       mode: upsert
 """
@@ -69,6 +71,7 @@ class Stage:
     produced: list[dict[str, Any]]
     config: Path
     kafka_bootstrap: str
+    append_topic: str
 
     def add(self, records: list[dict[str, Any]]) -> None:
         produce(self.kafka_bootstrap, self.topic, records)
@@ -86,7 +89,8 @@ def stage(
     topic = new_topic(partitions=PARTITIONS)
     extra = lake_yaml(workdir / "home", kafka_bootstrap) + TABLES
     gateway = start_gateway(kafka_bootstrap, workdir, chunk_records=50, extra=extra)
-    stage = Stage(gateway, topic, [], workdir / "isk.yaml", kafka_bootstrap)
+    append_topic = new_topic(partitions=1, prefix="plain")
+    stage = Stage(gateway, topic, [], workdir / "isk.yaml", kafka_bootstrap, append_topic)
     try:
         stage.add(changes(rng, 400, "cold"))
         stage.add([{"partition": 0, "key": None, "value": b"no key"}])
@@ -159,12 +163,18 @@ def test_time_travel_to_an_earlier_state(stage: Stage) -> None:
     assert state_of(after.scan().to_arrow().to_pylist()) == replay(stage.produced)
 
 
-def test_an_append_topic_has_no_current_table(stage: Stage) -> None:
+def test_append_and_internal_topics_have_no_current_table(stage: Stage) -> None:
     from pyiceberg.exceptions import NoSuchTableError
 
+    log = stage.append_topic
     catalog = stage.gateway.catalog()
-    assert ("current", stage.topic) in catalog.list_tables("current")
-    with pytest.raises(NoSuchTableError):
+    listed = catalog.list_tables("current")
+    assert ("current", stage.topic) in listed
+    assert ("current", log) not in listed
+    with pytest.raises(NoSuchTableError, match="append topic"):
+        catalog.load_table(f"current.{log}")
+    # __consumer_offsets is compacted and matches "*", yet it is Kafka's, not a table
+    with pytest.raises(NoSuchTableError, match="internal topic"):
         catalog.load_table("current.__consumer_offsets")
 
 

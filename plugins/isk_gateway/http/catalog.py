@@ -268,8 +268,10 @@ class RestCatalogApp:
         try:
             return await self.provider.load_table(namespace, table)
         except (NoSuchTable, NoSuchNamespace) as exc:
+            # The provider's reason (an internal topic, an append topic's current table) tells
+            # the user what to do instead.
             raise _Error(
-                404, "NoSuchTableException", f"Table does not exist: {namespace}.{table}"
+                404, "NoSuchTableException", f"Table does not exist: {namespace}.{table}: {exc}"
             ) from exc
 
     async def _check_namespace(self, namespace: str) -> None:

@@ -237,6 +237,8 @@ class CurrentProvider(DerivedFiles):
     async def load_table(self, namespace: str, table: str) -> LoadedTable:
         """The current state of topic ``table`` as of now."""
         self._check_namespace(namespace)
+        if table.startswith("__"):
+            raise NoSuchTable(f"{table!r} is an internal topic, not served as a table")
         if self.mode_of(table) is TableMode.APPEND:
             raise NoSuchTable(
                 f"topic {table!r} is an append topic (a log): current.{table} holds the state "
