@@ -10,23 +10,62 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from bergstream.core import __version__
-from bergstream.core.config import ConfigError, load_config
 from bergstream.core.logs import LOG_FORMATS, configure_logging
-from bergstream.core.plugins import PluginError, PluginRegistry, load_registry
+
+if TYPE_CHECKING:
+    from bergstream.core.plugins import PluginRegistry
 
 
 def _registry() -> PluginRegistry:
+    from bergstream.core.plugins import PluginError, load_registry
+
     try:
         return load_registry()
     except PluginError as error:
         raise click.ClickException(str(error)) from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _RootGroup(click.Group):
+    """The root command: core's commands, and the plugins' (``register_commands``) added the
+    first time a command core does not have is asked for or the commands are listed, so
+    ``--version`` and core's own commands start without loading any plugin."""
+
+    _plugins_loaded = False
+
+    def load_plugin_commands(self) -> None:
+        """Add every plugin's commands (once); a plugin that fails to load is a warning."""
+        from bergstream.core.plugins import PluginError, load_registry
+
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        try:
+            registry = load_registry()
+        except PluginError as error:
+            click.echo(f"warning: {error}", err=True)
+            return
+        registry.manager.hook.register_commands(cli=self)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command, the plugins' included."""
+        self.load_plugin_commands()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """Core's command ``cmd_name``, else a plugin's."""
+        command = super().get_command(ctx, cmd_name)
+        if command is None and not self._plugins_loaded:
+            self.load_plugin_commands()
+            command = super().get_command(ctx, cmd_name)
+        return command
+
+
+@click.group(cls=_RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="bergstream")
 @click.option("-v", "--verbose", count=True, help="More log output (-v for debug).")
 @click.option(
@@ -88,6 +127,8 @@ def config_group() -> None:
 @click.argument("file", type=click.Path(path_type=Path))
 def config_check(file: Path) -> None:
     """Validate FILE: exit 0 if good, else print every problem and exit 1."""
+    from bergstream.core.config import ConfigError, load_config
+    from bergstream.core.plugins import PluginError
     from bergstream.core.runner import build_services
 
     registry = _registry()
@@ -123,6 +164,8 @@ def config_check(file: Path) -> None:
 @click.pass_context
 def run_command(ctx: click.Context, config_file: Path) -> None:
     """Start everything the config file configures; SIGTERM or Ctrl-C stops it cleanly."""
+    from bergstream.core.config import ConfigError, load_config
+    from bergstream.core.plugins import PluginError
     from bergstream.core.runner import run_until_signalled
 
     registry = _registry()
@@ -147,15 +190,10 @@ def run_command(ctx: click.Context, config_file: Path) -> None:
 
 def build_cli() -> click.Group:
     """The root command with every plugin's subcommands added (``register_commands``)."""
-    try:
-        registry = load_registry()
-    except PluginError as error:
-        click.echo(f"warning: {error}", err=True)
-        return cli
-    registry.manager.hook.register_commands(cli=cli)
+    cli.load_plugin_commands()
     return cli
 
 
 def main() -> None:
     """Entry point of the ``bergstream`` console script."""
-    build_cli()(prog_name="bergstream")
+    cli(prog_name="bergstream")

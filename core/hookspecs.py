@@ -1,10 +1,16 @@
 """The extension points of bergstream, one hookspec each.
 
 A plugin is a module (or object) with functions named like the specs below, decorated with
-``bergstream.core.hookspecs.hookimpl``, and published under the ``bergstream`` entry-point group::
+``hookimpl`` from the public API (``from bergstream.core.api import hookimpl``), and published
+under the ``bergstream`` entry-point group::
 
     [project.entry-points.bergstream]
     my_plugin = "my_package.plugin"
+
+A function decorated with ``hookimpl`` whose name is no hookspec here (a misspelling) makes
+loading the plugins fail with an error naming the plugin, the function and the nearest hook.
+A plugin module may set ``BERGSTREAM_API = "MAJOR.MINOR"``, the :data:`API_VERSION` it was built
+against: plugins built for another major version, or a newer minor one, are refused by name.
 
 Registration hooks return a list of typed registrations; pluggy is only the registry, never on the
 hot path. Built-in plugins register through the same entry-point group as third-party ones.
@@ -30,6 +36,14 @@ if TYPE_CHECKING:
     )
 
 PROJECT = "bergstream"
+
+#: The version of the public API (``bergstream.core.api``): ``MAJOR.MINOR``. MINOR grows when
+#: names, hooks or optional fields are added (plugins built for an older minor keep working);
+#: MAJOR grows when anything is removed or changes meaning (plugins must be rebuilt).
+API_VERSION = "1.0"
+
+#: The module attribute in which a plugin names the API version it was built against.
+PLUGIN_API_ATTRIBUTE = "BERGSTREAM_API"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)

@@ -7,7 +7,9 @@ name for the same kind is an error that names both.
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -152,5 +154,64 @@ def load_registry(
             )
     for plugin in extra_plugins:
         manager.register(plugin)
+    for name, plugin in manager.list_name_plugin():
+        if plugin is not None:
+            check_api_version(name, plugin)
+    check_unknown_hooks(manager)
     registry.collect()
     return registry
+
+
+def check_api_version(name: str, plugin: object) -> None:
+    """Refuse a plugin that declares (``BERGSTREAM_API``) an API version this core cannot serve:
+    another major version, or a newer minor one."""
+    wanted = getattr(plugin, hookspecs.PLUGIN_API_ATTRIBUTE, None)
+    if wanted is None:
+        return
+    have_major, have_minor = _api_version(hookspecs.API_VERSION)
+    match = re.fullmatch(r"(\d+)\.(\d+)", str(wanted))
+    if match is None:
+        raise PluginError(
+            f"plugin '{name}' sets {hookspecs.PLUGIN_API_ATTRIBUTE} = {wanted!r}: it must be a "
+            f"'MAJOR.MINOR' string such as {hookspecs.API_VERSION!r}"
+        )
+    major, minor = int(match[1]), int(match[2])
+    if major != have_major or minor > have_minor:
+        raise PluginError(
+            f"plugin '{name}' was built for bergstream API {wanted}; this bergstream has API "
+            f"{hookspecs.API_VERSION}: install a release of the plugin built for API "
+            f"{have_major}.x (x <= {have_minor}), or a bergstream whose API is {major}.{minor} "
+            "or a later minor"
+        )
+
+
+def _api_version(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
+def check_unknown_hooks(manager: pluggy.PluginManager) -> None:
+    """Refuse a ``hookimpl`` whose name is no hookspec (a misspelled hook would otherwise never
+    be called), naming the plugin, the function and the nearest hook; then pluggy's own
+    ``check_pending``."""
+    specs = sorted(
+        name
+        for name in vars(hookspecs)
+        if getattr(getattr(hookspecs, name), "bergstream_spec", None) is not None
+    )
+    for hook_name, caller in sorted(vars(manager.hook).items()):
+        if hook_name.startswith("_") or caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if impl.opts.get("optionalhook"):
+                continue
+            nearest = difflib.get_close_matches(hook_name, specs, n=1)
+            hint = f"did you mean '{nearest[0]}'? " if nearest else ""
+            raise PluginError(
+                f"plugin '{impl.plugin_name}' implements '{hook_name}', which is no bergstream "
+                f"hook: {hint}the hooks are {', '.join(specs)}"
+            )
+    try:
+        manager.check_pending()
+    except pluggy.PluginValidationError as error:
+        raise PluginError(str(error)) from None

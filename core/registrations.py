@@ -22,7 +22,7 @@ if TYPE_CHECKING:
         ServiceContext,
         ValueCodec,
     )
-    from bergstream.core.proxy.api import FilterFactory
+    from bergstream.core.proxy.api import FilterFactory, FilterFactoryContext
     from bergstream.core.service import Service
 
 
@@ -43,9 +43,11 @@ class Registration:
 
 @dataclass(frozen=True, kw_only=True)
 class FilterRegistration(Registration):
-    """A proxy filter factory, used as ``virtual_clusters[].filters[].type``."""
+    """A proxy filter factory, used as ``virtual_clusters[].filters[].type``: ``factory`` is a
+    :class:`FilterFactory` subclass, or any callable ``(config, context)`` returning one (such as
+    a function that imports the filter's modules on first use)."""
 
-    factory: type[FilterFactory[Any]]
+    factory: Callable[[Any, FilterFactoryContext], FilterFactory[Any]]
     kind: ClassVar[str] = "filter"
 
 

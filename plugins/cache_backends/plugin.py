@@ -4,13 +4,17 @@ entry-point group."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from bergstream.core.api import CacheBackendRegistration, ServiceContext, StrictModel, hookimpl
-from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
-from bergstream.plugins.cache_backends.redis_cache import RedisCache
-from bergstream.plugins.cache_backends.s3_cache import S3Cache, minio_client
+from bergstream.core.api import CacheBackendRegistration, StrictModel, hookimpl
+
+if TYPE_CHECKING:
+    from bergstream.core.api import ServiceContext
+    from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
+    from bergstream.plugins.cache_backends.redis_cache import RedisCache
+    from bergstream.plugins.cache_backends.s3_cache import S3Cache
 
 
 class LocalDiskCacheConfig(BaseModel):
@@ -28,6 +32,8 @@ class LocalDiskCacheConfig(BaseModel):
 
 def create_local_cache(config: LocalDiskCacheConfig, context: ServiceContext) -> LocalDiskCache:
     """Open the cache at ``config.directory``, or under the home directory by default."""
+    from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
+
     directory = config.directory or context.home / "isk" / "cache"
     return LocalDiskCache(directory, max_bytes=config.max_bytes)
 
@@ -64,6 +70,8 @@ class S3CacheConfig(StrictModel):
 
 def create_s3_cache(config: S3CacheConfig, context: ServiceContext) -> S3Cache:
     """A cache on ``config.bucket``; nothing is sent to the server before the first call."""
+    from bergstream.plugins.cache_backends.s3_cache import S3Cache, minio_client
+
     client = minio_client(
         config.endpoint,
         config.access_key,
@@ -106,6 +114,8 @@ class RedisCacheConfig(StrictModel):
 
 def create_redis_cache(config: RedisCacheConfig, context: ServiceContext) -> RedisCache:
     """A cache on the server at ``config.url``; connections are made on first use."""
+    from bergstream.plugins.cache_backends.redis_cache import RedisCache
+
     return RedisCache.from_url(
         config.url,
         connect_timeout=config.connect_timeout_seconds,

@@ -4,12 +4,16 @@ entry-point group."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bergstream.core.api import IndexBackendRegistration, ServiceContext, hookimpl
-from bergstream.plugins.index_backends.rocksdb_index import RocksIndex
-from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
+from bergstream.core.api import IndexBackendRegistration, hookimpl
+
+if TYPE_CHECKING:
+    from bergstream.core.api import ServiceContext
+    from bergstream.plugins.index_backends.rocksdb_index import RocksIndex
+    from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
 
 
 class SqliteIndexConfig(BaseModel):
@@ -27,6 +31,8 @@ class SqliteIndexConfig(BaseModel):
 
 def create_sqlite_index(config: SqliteIndexConfig, context: ServiceContext) -> SqliteIndex:
     """Open the index at ``config.path``, or under the home directory by default."""
+    from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
+
     path = config.path or context.home / "isk" / "index.sqlite"
     return SqliteIndex(path, busy_timeout_seconds=config.busy_timeout_seconds)
 
@@ -46,6 +52,8 @@ class RocksIndexConfig(BaseModel):
 
 def create_rocksdb_index(config: RocksIndexConfig, context: ServiceContext) -> RocksIndex:
     """Open the index at ``config.path``, or under the home directory by default."""
+    from bergstream.plugins.index_backends.rocksdb_index import RocksIndex
+
     path = config.path or context.home / "isk" / "index.rocksdb"
     return RocksIndex(path, sync_writes=config.sync_writes)
 

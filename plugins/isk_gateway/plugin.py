@@ -3,12 +3,31 @@ through the ``bergstream`` entry-point group."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bergstream.core.api import FileSynthesizerRegistration, ServiceRegistration, hookimpl
-from bergstream.plugins.isk_gateway.files.hotset_parquet import (
-    HotsetDataSynthesizerConfig,
-    create_hotset_data_synthesizer,
-)
-from bergstream.plugins.isk_gateway.service import IskServiceConfig, create_isk_service
+from bergstream.plugins.isk_gateway.settings import HotsetDataSynthesizerConfig, IskServiceConfig
+
+if TYPE_CHECKING:
+    from bergstream.core.api import FileSynthesizer, Service, ServiceContext
+
+
+def create_isk_service(config: IskServiceConfig, context: ServiceContext) -> Service:
+    """The ``isk`` service (the gateway's modules load here, not when plugins are listed)."""
+    from bergstream.plugins.isk_gateway.service import create_isk_service as create
+
+    return create(config, context)
+
+
+def create_hotset_data_synthesizer(
+    config: HotsetDataSynthesizerConfig, context: ServiceContext
+) -> FileSynthesizer:
+    """The ``hotset-parquet`` synthesizer (loaded on first use, like the service)."""
+    from bergstream.plugins.isk_gateway.files.hotset_parquet import (
+        create_hotset_data_synthesizer as create,
+    )
+
+    return create(config, context)
 
 
 @hookimpl

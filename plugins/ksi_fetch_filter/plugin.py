@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bergstream.core.api import FilterRegistration, hookimpl
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
-from bergstream.plugins.ksi_fetch_filter.filter import KsiFactory
+
+if TYPE_CHECKING:
+    from bergstream.core.api import FilterFactoryContext
+    from bergstream.plugins.ksi_fetch_filter.filter import KsiFactory
+
+
+def create_ksi_factory(config: KsiConfig, context: FilterFactoryContext) -> KsiFactory:
+    """The ``ksi`` filter factory of one virtual cluster (the filter's modules load here, not
+    when plugins are listed)."""
+    from bergstream.plugins.ksi_fetch_filter.filter import KsiFactory
+
+    return KsiFactory(config, context)
 
 
 @hookimpl
@@ -13,7 +26,7 @@ def register_filters() -> list[FilterRegistration]:
     return [
         FilterRegistration(
             name="ksi",
-            factory=KsiFactory,
+            factory=create_ksi_factory,
             config_model=KsiConfig,
             description="serve offsets Kafka deleted from the Iceberg coldset (KSI)",
         )

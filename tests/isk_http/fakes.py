@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from pyiceberg.table.metadata import new_table_metadata
 
 from bergstream.core.row_contract import PARTITION_SPEC, ROW_SCHEMA, SORT_ORDER
-from bergstream.plugins.isk_gateway.http import IskHttpConfig, IskHttpService
+from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpService
 from bergstream.plugins.isk_gateway.tables.provider import (
     LoadedTable,
     NoSuchFile,

@@ -332,7 +332,7 @@ def test_the_credentials_endpoint_refreshes(make_isk: Any) -> None:
 def test_the_credentials_lifetime_is_bounded(ttl: int) -> None:
     from pydantic import ValidationError
 
-    from bergstream.plugins.isk_gateway.http import IskHttpConfig
+    from bergstream.plugins.isk_gateway.http.config import IskHttpConfig
 
     with pytest.raises(ValidationError, match="credentials_ttl_seconds"):
         IskHttpConfig(access_key="k", secret_key="s", credentials_ttl_seconds=ttl)

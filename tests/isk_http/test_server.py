@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from bergstream.core.service import Service
-from bergstream.plugins.isk_gateway.http import IskHttpConfig, IskHttpService
+from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpService
 from tests.isk_http.fakes import ACCESS_KEY, SECRET_KEY, FakeProvider
 
 BASE = {"access_key": ACCESS_KEY, "secret_key": SECRET_KEY}

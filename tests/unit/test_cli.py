@@ -145,3 +145,48 @@ def test_stack_commands_on_a_home_without_a_stack(tmp_path):
     assert "the local stack is not up" in missing.stderr
     down = bergstream("stack", "down")
     assert down.returncode == 0 and down.stdout.strip() == "stopped: nothing was running"
+
+
+def _modules_after(code: str) -> set[str]:
+    """The modules a fresh interpreter has loaded after running ``code``."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_version_loads_no_plugin_and_no_config_machinery():
+    loaded = _modules_after(
+        "from bergstream.core.cli import cli\n"
+        "try:\n    cli(['--version'], prog_name='bergstream')\nexcept SystemExit:\n    pass"
+    )
+    assert "bergstream.core.plugins" not in loaded
+    assert "pydantic" not in loaded
+    assert not {m for m in loaded if m.startswith("bergstream.plugins")}
+
+
+def test_help_lists_plugin_commands_without_loading_the_services(tmp_path):
+    done = subprocess.run(
+        [BERGSTREAM, "--help"], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
+    for command in ("config", "run", "plugins", "pipeline", "table", "stack", "quickstart"):
+        assert f"  {command} " in done.stdout, command
+    # kio (the proxy's protocol library) imports hypothesis when it is installed, which
+    # leaves a .hypothesis folder in the working directory: --help must not get that far.
+    assert not (tmp_path / ".hypothesis").exists()
+    loaded = _modules_after(
+        "from bergstream.core.cli import cli\n"
+        "try:\n    cli(['--help'], prog_name='bergstream')\nexcept SystemExit:\n    pass"
+    )
+    heavy = {"aiohttp", "kio", "hypothesis", "pyspark", "minio", "redis", "rocksdict"}
+    assert heavy & loaded == set()
+
+
+def test_an_unknown_command_still_says_so():
+    result = CliRunner().invoke(cli, ["no-such-command"])
+    assert result.exit_code == 2
+    assert "No such command 'no-such-command'" in result.output

@@ -26,7 +26,6 @@ from pydantic import ValidationError
 
 from bergstream.core.api import KafkaClientSettings
 from bergstream.core.problems import pydantic_problems
-from bergstream.plugins.isk_gateway.http import IskHttpConfig, IskHttpService
 from bergstream.plugins.isk_gateway.http.credentials import CredentialKeys
 from bergstream.plugins.isk_gateway.http.principals import (
     IskPrincipalConfig,
@@ -34,6 +33,7 @@ from bergstream.plugins.isk_gateway.http.principals import (
     PrincipalDirectory,
     PrincipalRefused,
 )
+from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpService
 from bergstream.plugins.isk_gateway.http.sigv4 import SigV4Error, verify_sigv4
 from bergstream.plugins.isk_gateway.kafka.authorization import (
     DESCRIBE,
@@ -42,7 +42,7 @@ from bergstream.plugins.isk_gateway.kafka.authorization import (
     TopicAuthorizer,
     readable_topics,
 )
-from bergstream.plugins.isk_gateway.service import IskServiceConfig
+from bergstream.plugins.isk_gateway.settings import IskServiceConfig
 from bergstream.plugins.isk_gateway.tables.provider import LoadedTable, ProviderUnavailable
 from tests.isk_http.fakes import FakeProvider, _metadata
 from tests.isk_http.test_sigv4 import signed

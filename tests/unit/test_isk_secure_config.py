@@ -20,13 +20,13 @@ import pytest
 from pydantic import ValidationError
 
 from bergstream.core.api import KafkaClientSettings
-from bergstream.plugins.isk_gateway.files.hotset_parquet import HotsetDataSynthesizerConfig
-from bergstream.plugins.isk_gateway.http import IskHttpConfig, IskHttpService
+from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpService
 from bergstream.plugins.isk_gateway.kafka.raw_fetch import (
     FetchAuthenticationError,
     FetchConnections,
 )
 from bergstream.plugins.isk_gateway.service import IskServiceConfig, _built_in_synthesizer
+from bergstream.plugins.isk_gateway.settings import HotsetDataSynthesizerConfig
 from tests.isk_http.fakes import FakeProvider
 from tests.isk_secure.certs import ServerCertificate, write_server_certificate
 from tests.support import BERGSTREAM

@@ -100,3 +100,56 @@ def test_every_registration_hook_is_a_hookspec():
     names = {name for name, _ in _hookspec_functions()}
     for hook_name, _ in REGISTRATION_HOOKS.values():
         assert hook_name in names
+
+
+def test_a_misspelled_hook_is_an_error_naming_plugin_hook_and_nearest_one():
+    class Misspelled:
+        @hookimpl
+        def register_filtres(self):
+            return []
+
+    with pytest.raises(PluginError) as caught:
+        load_registry([Misspelled()], entry_points=False)
+    message = str(caught.value)
+    assert "'register_filtres', which is no bergstream hook" in message
+    assert "did you mean 'register_filters'?" in message
+
+
+def test_an_optional_hook_without_spec_is_allowed():
+    class Optional:
+        @hookimpl(optionalhook=True)
+        def register_things_of_tomorrow(self):
+            return []
+
+    load_registry([Optional()], entry_points=False)
+
+
+@pytest.mark.parametrize("declared", [None, hookspecs.API_VERSION, "1.0"])
+def test_plugins_built_for_this_api_load(declared):
+    plugin = _filter_plugin("a")
+    if declared is not None:
+        plugin.BERGSTREAM_API = declared
+    assert list(load_registry([plugin], entry_points=False).registrations("filter")) == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("declared", "says"),
+    [
+        ("2.0", "was built for bergstream API 2.0"),
+        ("0.9", "was built for bergstream API 0.9"),
+        ("1.99", "was built for bergstream API 1.99"),
+        ("one", "must be a 'MAJOR.MINOR' string"),
+    ],
+)
+def test_plugins_built_for_another_api_are_refused_by_name(declared, says):
+    plugin = _filter_plugin("a")
+    plugin.BERGSTREAM_API = declared
+    with pytest.raises(PluginError, match=says):
+        load_registry([plugin], entry_points=False)
+
+
+def test_the_api_version_is_major_dot_minor():
+    from bergstream.core.api import API_VERSION
+
+    major, minor = API_VERSION.split(".")
+    assert major.isdigit() and minor.isdigit()

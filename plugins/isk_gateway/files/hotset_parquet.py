@@ -13,17 +13,13 @@ typed topic names its layout's digest: the rows are decoded into that layout (fo
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow.compute as pc
-from pydantic import Field
 
 from bergstream.core.api import (
     ISK_KAFKA_READ_BYTES,
-    Bootstrap,
-    KafkaClientSettings,
     ServiceContext,
-    StrictModel,
 )
 from bergstream.plugins.isk_gateway.files.hotset_layout import (
     RowDecoder,
@@ -31,7 +27,6 @@ from bergstream.plugins.isk_gateway.files.hotset_layout import (
     time_buckets,
 )
 from bergstream.plugins.isk_gateway.files.synthesis import (
-    ParquetCompression,
     SynthesisError,
     records_to_table,
 )
@@ -41,6 +36,7 @@ from bergstream.plugins.isk_gateway.kafka.reader import (
     KafkaReader,
     PartitionOffsets,
 )
+from bergstream.plugins.isk_gateway.settings import HotsetDataSynthesizerConfig
 from bergstream.plugins.isk_gateway.tables.paths import DAY, DataKey, parse_key
 from bergstream.plugins.isk_gateway.tables.provider import NoSuchFile, NoSuchTable
 
@@ -65,21 +61,6 @@ class KafkaRanges(Protocol):
     async def fetch(self, topic: str, partition: int, start: int, end: int) -> FetchedRange:
         """Record batches covering ``[start, end)``, read_committed, with aborted transactions."""
         ...
-
-
-class HotsetDataSynthesizerConfig(StrictModel):
-    """Settings of ``hotset-parquet`` (the ``isk`` service fills them from its own)."""
-
-    cluster: str = Field(min_length=1, description="cluster name in the keys it builds")
-    kafka_bootstrap: Bootstrap = Field(description="host:port list of the Kafka cluster")
-    kafka_client: KafkaClientSettings = Field(
-        default_factory=KafkaClientSettings,
-        description="how it connects to Kafka (librdkafka key names); PLAINTEXT when unset",
-    )
-    unit: Literal["day", "hour"] = Field(DAY, description="time unit the hotset is cut by")
-    compression: ParquetCompression = Field(
-        "snappy", description="Parquet codec of the files it writes"
-    )
 
 
 class HotsetDataSynthesizer:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +29,10 @@ from bergstream.plugins.isk_gateway.files.batch_decoder import (
     AbortedTransaction,
     SynthesisError,
     decode_batches,
+)
+from bergstream.plugins.isk_gateway.files.parquet_options import (
+    PARQUET_COMPRESSIONS,
+    ParquetCompression,
 )
 from bergstream.plugins.isk_gateway.kafka.buffers import large_buffer
 
@@ -60,9 +63,6 @@ class SynthesizedFile:
 records_to_table = decode_batches
 
 
-#: Codecs a synthesized Parquet file may be written with (``isk.parquet_compression``).
-ParquetCompression = Literal["snappy", "zstd", "lz4", "gzip", "none"]
-PARQUET_COMPRESSIONS: tuple[str, ...] = get_args(ParquetCompression)
 #: Small columns: the only ones with Parquet statistics and dictionaries. Iceberg engines prune
 #: by the manifests' bounds, and min/max of 1 KB values cost more than they save.
 _STATISTICS_COLUMNS = ["kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_timestamp_type"]
