@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -196,4 +197,10 @@ def build_cli() -> click.Group:
 
 def main() -> None:
     """Entry point of the ``bergstream`` console script."""
+    # kio (the proxy's Kafka protocol library) registers hypothesis strategies when hypothesis
+    # is installed (a development setup), and hypothesis then makes its storage folder: in
+    # bergstream's cache, not in the directory the command runs in.
+    from bergstream.core.home import bergstream_cache
+
+    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(bergstream_cache() / "hypothesis"))
     cli(prog_name="bergstream")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 import time
@@ -17,6 +18,10 @@ from bergstream.devstack.stack.ports import free_port_block
 from tests.support import ProxyProcess, start_bergstream_run
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Hypothesis keeps its example database (and the processes the tests start keep whatever they
+# store) in tests/.hypothesis, not in the directory pytest runs from.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(REPO / "tests" / ".hypothesis"))
 
 
 @pytest.fixture(scope="session")

@@ -86,6 +86,7 @@ def test_run_reports_a_start_failure_in_one_line(tmp_path):
 
 
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_core_cli_imports_nothing_of_the_dev_stack():
@@ -190,3 +191,27 @@ def test_an_unknown_command_still_says_so():
     result = CliRunner().invoke(cli, ["no-such-command"])
     assert result.exit_code == 2
     assert "No such command 'no-such-command'" in result.output
+
+
+def test_a_command_that_loads_the_proxy_leaves_no_hypothesis_folder(tmp_path):
+    # kio imports hypothesis when it is installed (as here), and hypothesis makes a storage
+    # folder on first use: bergstream points it into its cache, away from the working directory.
+    env = {k: v for k, v in os.environ.items() if k != "HYPOTHESIS_STORAGE_DIRECTORY"}
+    env |= {
+        "BERGSTREAM_CACHE": str(tmp_path / "cache"),
+        "BERGSTREAM_HOME": str(tmp_path / "home"),
+        "BERGSTREAM_KAFKA_BOOTSTRAP": "127.0.0.1:1",
+    }
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(
+        [BERGSTREAM, "config", "check", str(REPO / "examples" / "ksi.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert list(work.iterdir()) == []
+    assert (tmp_path / "cache" / "hypothesis").is_dir()
