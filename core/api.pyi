@@ -77,17 +77,7 @@ from .lake import (
     s3_properties,
 )
 from .logs import component_log
-from .metrics import (
-    CACHE_REQUESTS,
-    INDEX_LAG,
-    ISK_KAFKA_READ_BYTES,
-    ISK_LOAD_TABLES,
-    ISK_SYNTHESIZED_BYTES,
-    KSI_COLD_FETCHES,
-    KSI_COLD_RECORDS,
-    PIPELINE_LAG,
-    UNDECODABLE_RECORDS,
-)
+from .metrics import UNDECODABLE_RECORDS
 from .models import Bootstrap, StrictModel
 from .plugins import PluginError, PluginRegistry, load_registry
 from .proxy.api import (
@@ -132,6 +122,7 @@ from .registrations import (
     FileSynthesizerRegistration,
     FilterRegistration,
     IndexBackendRegistration,
+    LogComponent,
     Registration,
     ServiceRegistration,
     ValueCodecRegistration,
@@ -251,7 +242,6 @@ __all__ = [
     "BOUNDARY_PROPERTY",
     "BY_SCHEMA_TYPE",
     "CACHE_CHECKS",
-    "CACHE_REQUESTS",
     "CREATE_TIME",
     "DEFAULT_CURRENT_NAMESPACE",
     "DEFAULT_NAMESPACE",
@@ -262,23 +252,16 @@ __all__ = [
     "HEADER_VALUE_ID",
     "HOUR_PARTITION_SPEC",
     "INDEX_CHECKS",
-    "INDEX_LAG",
-    "ISK_KAFKA_READ_BYTES",
-    "ISK_LOAD_TABLES",
-    "ISK_SYNTHESIZED_BYTES",
     "KEY_COLUMN_PREFIX",
     "KEY_ERROR_COLUMN",
     "KEY_FIELD_DOC",
     "KEY_ID",
     "KEY_SCHEMA_ID_COLUMN",
-    "KSI_COLD_FETCHES",
-    "KSI_COLD_RECORDS",
     "LOG_APPEND_TIME",
     "NO_FRAMING",
     "OFFSET_ID",
     "PARTITION_ID",
     "PARTITION_SPEC",
-    "PIPELINE_LAG",
     "POSITION_DELETE_SCHEMA",
     "REJECTED_REASON_COLUMN",
     "ROW_ARROW_SCHEMA",
@@ -344,6 +327,7 @@ __all__ = [
     "LakeConfig",
     "LakeConfigError",
     "LayoutVersion",
+    "LogComponent",
     "NotExpressible",
     "PluginChoice",
     "PluginError",

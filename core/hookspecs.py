@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         FileSynthesizerRegistration,
         FilterRegistration,
         IndexBackendRegistration,
+        LogComponent,
         ServiceRegistration,
         ValueCodecRegistration,
     )
@@ -120,8 +121,8 @@ def register_config_sections() -> list[ConfigSectionRegistration]:
     """Register the settings of a config section that core leaves to a plugin.
 
     Return a list of :class:`~bergstream.core.registrations.ConfigSectionRegistration`. Its
-    ``name`` is the section's dotted path; core reserves these paths for plugins:
-    ``lake.pipeline`` and ``lake.maintenance`` (the lake pipeline registers both). The config
+    ``name`` is the section's dotted path, ``lake.<name>`` (the lake pipeline registers
+    ``lake.pipeline`` and ``lake.maintenance``; core names no section). The config
     loader validates the section against ``config_model`` (defaults when the section is absent,
     every problem with its path and line) and puts the result in
     ``BergstreamConfig.sections[name]``. A section written in a file that no installed plugin
@@ -133,6 +134,24 @@ def register_config_sections() -> list[ConfigSectionRegistration]:
         def register_config_sections():
             return [ConfigSectionRegistration(name="lake.pipeline",
                                               config_model=MyPipelineConfig)]
+    """
+
+
+@hookspec
+def register_log_components() -> list[LogComponent]:
+    """Say which component the plugin's loggers log as.
+
+    Return a list of :class:`~bergstream.core.registrations.LogComponent`: a logger name (a
+    prefix: its child loggers are included) and the component its records carry in the log
+    lines' ``component`` field (``isk``, ``ksi``, ``pipeline``...). The longest registered prefix
+    wins; two plugins giving one logger different components is an error naming both. Loggers
+    nobody registers log as their name's second part (``bergstream.foo.bar`` is ``foo``).
+
+    Example::
+
+        @hookimpl
+        def register_log_components():
+            return [LogComponent(logger="my_package", component="audit")]
     """
 
 

@@ -2,24 +2,24 @@
 
 Shared by the pipeline (Spark), ISK and KSI (PyIceberg). :func:`resolve_lake` fills the defaults
 (everything under ``$BERGSTREAM_HOME/lake``) and :func:`load_catalog` opens the catalog with
-PyIceberg. ``lake.pipeline`` and ``lake.maintenance`` belong to the pipeline, which defines and
-validates them (``register_config_sections``); core keeps them as raw mappings. Nothing here
-imports pyspark.
+PyIceberg. Plugins may add sections under ``lake:`` (``register_config_sections``; the lake
+pipeline defines ``lake.pipeline`` and ``lake.maintenance``), which core never reads (see
+:mod:`.sections`). Nothing here imports pyspark.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlparse
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from bergstream.core.home import bergstream_home
 from bergstream.core.kafka_client import KafkaClientSettings
 from bergstream.core.models import Bootstrap, StrictModel
-from bergstream.core.sections import SectionSlot
+from bergstream.core.sections import OpenToPluginSections
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -53,13 +53,6 @@ class LakeConfigError(ValueError):
     def __init__(self, message: str, path: str = "lake") -> None:
         super().__init__(message)
         self.path = path
-
-
-#: Who defines ``lake.pipeline`` and ``lake.maintenance`` (said when no installed plugin does).
-_PIPELINE_PLUGIN = (
-    "bergstream's lake pipeline (the `pipeline` plugin of the bergstream distribution, "
-    "bergstream.pipeline.plugin)"
-)
 
 
 class LakeS3Config(StrictModel):
@@ -98,8 +91,11 @@ class LakeCatalogConfig(StrictModel):
     )
 
 
-class LakeConfig(StrictModel):
-    """The ``lake:`` section."""
+class LakeConfig(StrictModel, OpenToPluginSections):
+    """The ``lake:`` section; keys it does not declare are sections of plugins (checked by
+    :func:`~bergstream.core.sections.check_sections`)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     kafka_bootstrap: Bootstrap = Field(description="host:port list of the Kafka cluster to copy")
     kafka_client: KafkaClientSettings = Field(
@@ -126,15 +122,6 @@ class LakeConfig(StrictModel):
     )
     catalog: LakeCatalogConfig = Field(default_factory=LakeCatalogConfig)
     s3: LakeS3Config | None = Field(None, description="S3 settings for an s3:// warehouse")
-    pipeline: Annotated[dict[str, Any], SectionSlot(_PIPELINE_PLUGIN)] = Field(
-        default_factory=dict,
-        description="how `bergstream pipeline run` reads Kafka (defined by the pipeline)",
-    )
-    maintenance: Annotated[dict[str, Any], SectionSlot(_PIPELINE_PLUGIN)] = Field(
-        default_factory=dict,
-        description="what `bergstream pipeline maintain` does (defined by the pipeline)",
-    )
-
     @model_validator(mode="after")
     def _distinct_namespaces(self) -> LakeConfig:
         names = {

@@ -26,36 +26,27 @@ from typing import Any, Final, Literal, TextIO
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: Final = ("text", "json")
 
-#: Logger name prefixes and the component they belong to; the longest matching prefix wins.
-COMPONENTS: Final[dict[str, str]] = {
+#: Core's logger name prefixes and the component they belong to; plugins add theirs
+#: (``register_log_components``, :func:`add_components`). The longest matching prefix wins.
+COMPONENTS: dict[str, str] = {
     "bergstream.proxy": "proxy",
     "bergstream.core.proxy": "proxy",
-    "bergstream.ksi": "ksi",
-    "bergstream.plugins.ksi_fetch_filter": "ksi",
-    "bergstream.isk": "isk",
-    "bergstream.isk.cache": "cache",
-    "bergstream.isk.index": "index",
-    "bergstream.plugins.isk_gateway": "isk",
-    "bergstream.pipeline": "pipeline",
-    "py4j": "pipeline",
-    "pyspark": "pipeline",
-    "bergstream.cache": "cache",
-    "bergstream.plugins.cache_backends": "cache",
-    "bergstream.index": "index",
-    "bergstream.plugins.index_backends": "index",
     "bergstream.metrics": "metrics",
     "bergstream.core.metrics_http": "metrics",
     "bergstream.runner": "runner",
     "bergstream.core.runner": "runner",
-    "bergstream.devstack": "stack",
-    "bergstream.devstack.quickstart": "quickstart",
-    "bergstream.stack": "stack",
     "bergstream.cli": "cli",
     "bergstream.core.cli": "cli",
     "aiohttp": "http",
     "aiokafka": "kafka-client",
     "pyiceberg": "iceberg",
 }
+
+
+def add_components(components: dict[str, str]) -> None:
+    """Add logger prefixes and their components (what plugins register)."""
+    COMPONENTS.update(components)
+
 
 #: Attributes every LogRecord has; anything else on a record came from ``extra``.
 _STANDARD = frozenset(

@@ -18,12 +18,14 @@ from typing import Any
 import pluggy
 
 from bergstream.core import hookspecs
+from bergstream.core.logs import add_components
 from bergstream.core.registrations import (
     CacheBackendRegistration,
     ConfigSectionRegistration,
     FileSynthesizerRegistration,
     FilterRegistration,
     IndexBackendRegistration,
+    LogComponent,
     Registration,
     ServiceRegistration,
     ValueCodecRegistration,
@@ -122,6 +124,27 @@ class PluginRegistry:
                     table[reg.name] = reg
                     self._owner[(kind, reg.name)] = owner
             self._by_kind[kind] = table
+        self._collect_log_components()
+
+    def _collect_log_components(self) -> None:
+        """Add every plugin's ``register_log_components`` to the log lines' component table."""
+        found: dict[str, tuple[str, str]] = {}  # logger -> (component, plugin)
+        for impl in self.manager.hook.register_log_components.get_hookimpls():
+            for entry in impl.function() or []:
+                if not isinstance(entry, LogComponent):
+                    raise PluginError(
+                        f"plugin '{impl.plugin_name}' returned {type(entry).__name__} from "
+                        "register_log_components; it must return LogComponent objects"
+                    )
+                known = found.get(entry.logger)
+                if known is not None and known[0] != entry.component:
+                    raise PluginError(
+                        f"logger '{entry.logger}' logs as component '{known[0]}' for plugin "
+                        f"'{known[1]}' and as '{entry.component}' for plugin "
+                        f"'{impl.plugin_name}': one of them must use another logger name"
+                    )
+                found[entry.logger] = (entry.component, impl.plugin_name)
+        add_components({logger: component for logger, (component, _) in found.items()})
 
 
 def _new_manager() -> pluggy.PluginManager:

@@ -103,3 +103,13 @@ class ConfigSectionRegistration(Registration):
     the result in ``BergstreamConfig.sections[name]``."""
 
     kind: ClassVar[str] = "config section"
+
+
+@dataclass(frozen=True)
+class LogComponent:
+    """Log records of logger ``logger`` and of the loggers below it (``logger.x.y``) belong to
+    ``component``: the ``component`` field of every log line (text and JSON), the longest
+    registered prefix winning. Returned by ``register_log_components``."""
+
+    logger: str
+    component: str

@@ -1,17 +1,18 @@
 """Config sections whose settings a plugin defines (``register_config_sections``).
 
-Core declares where such a section sits with a field annotated :class:`SectionSlot` (for example
-``lake.pipeline``: core keeps it as a raw mapping and never reads it); the plugin that owns it
-registers a :class:`~bergstream.core.registrations.ConfigSectionRegistration` under the same
-dotted path. :func:`check_sections` validates each slot of a file against its registration, so
-``bergstream config check`` refuses what the plugin would, and names what to install when a
-section of the file has no owner.
+Core says where plugins may add sections, never which: a config model that subclasses
+:class:`OpenToPluginSections` (``lake:`` is one) accepts keys it does not declare, and each such
+key is the section of the plugin that registers a
+:class:`~bergstream.core.registrations.ConfigSectionRegistration` under its dotted path (the lake
+pipeline registers ``lake.pipeline`` and ``lake.maintenance``). :func:`check_sections`
+validates each against its registration, so ``bergstream config check`` refuses what the plugin
+would, and reports a key that no installed plugin registers (a typo, or a plugin missing).
 """
 
 from __future__ import annotations
 
+import difflib
 import typing
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -21,32 +22,24 @@ from bergstream.core.problems import Loc, Problem, pydantic_problems
 if TYPE_CHECKING:
     from bergstream.core.plugins import PluginRegistry
 
-__all__ = ["SectionSlot", "check_sections", "section_slots"]
+__all__ = ["OpenToPluginSections", "check_sections", "section_places"]
 
 
-@dataclass(frozen=True)
-class SectionSlot:
-    """Marks a config field as a section a plugin defines; ``provider`` says what to install
-    when no installed plugin registers it. Use it as
-    ``section: Annotated[dict[str, Any], SectionSlot("...")] = Field(default_factory=dict)``."""
-
-    provider: str
+class OpenToPluginSections(BaseModel):
+    """A config model whose undeclared keys are sections that plugins define. Subclass it
+    beside the model's own base and allow extra keys (``model_config = ConfigDict(extra=
+    "allow", ...)``); :func:`check_sections` then validates or refuses each extra key."""
 
 
-def section_slots(model: type[BaseModel], prefix: Loc = ()) -> dict[Loc, SectionSlot]:
-    """Every field of ``model`` (and of the models in its fields, not in lists) marked as a
-    plugin-defined section, by location."""
-    slots: dict[Loc, SectionSlot] = {}
+def section_places(model: type[BaseModel], prefix: Loc = ()) -> list[Loc]:
+    """Where plugins may define sections: the locations of ``model`` and of the models in its
+    fields (not in lists) that are :class:`OpenToPluginSections`."""
+    places: list[Loc] = [prefix] if issubclass(model, OpenToPluginSections) else []
     for name, field in model.model_fields.items():
-        loc = (*prefix, field.alias or name)
-        marks = [item for item in field.metadata if isinstance(item, SectionSlot)]
-        if marks:
-            slots[loc] = marks[0]
-            continue
         nested = _single_model(field.annotation)
         if nested is not None:
-            slots.update(section_slots(nested, loc))
-    return slots
+            places.extend(section_places(nested, (*prefix, field.alias or name)))
+    return places
 
 
 def _single_model(annotation: Any) -> type[BaseModel] | None:
@@ -59,49 +52,75 @@ def _single_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _model_at(model: type[BaseModel], loc: Loc) -> type[BaseModel]:
+    for part in loc:
+        field = next(f for n, f in model.model_fields.items() if (f.alias or n) == part)
+        nested = _single_model(field.annotation)
+        assert nested is not None
+        model = nested
+    return model
+
+
 def check_sections(
     model: type[BaseModel], data: dict[str, Any], registry: PluginRegistry
 ) -> tuple[dict[str, Any], list[Problem]]:
     """Validate every plugin-defined section of the raw ``data`` (a file's, validated as
     ``model``) against its registration: the settings by dotted path, and the problems."""
-    slots = section_slots(model)
     registered = registry.registrations("config section")
     settings: dict[str, Any] = {}
     problems: list[Problem] = []
-    places = {".".join(str(part) for part in loc): loc for loc in slots}
-    for name in sorted(set(registered) - set(places)):
-        problems.append(
-            (
-                (),
-                f"an installed plugin registers the config section '{name}', which is not a "
-                f"section plugins can define ({', '.join(sorted(places)) or 'none'}); "
-                "`bergstream plugins` shows which plugin it is",
-            )
-        )
-    for name, loc in places.items():
-        parent = _lookup(data, loc[:-1])
-        if not isinstance(parent, dict):
-            continue  # its enclosing section is absent (or wrong, which the model reports)
-        key = loc[-1]
-        registration = registered.get(name)
-        if registration is None:
-            if key in parent:
-                problems.append(
-                    (
-                        loc,
-                        f"no installed plugin defines the '{name}' section: install "
-                        f"{slots[loc].provider}, or remove the section",
-                    )
+    places = section_places(model)
+    dotted = {".".join(str(part) for part in loc): loc for loc in places}
+    for name in sorted(registered):
+        parent_name, _, key = name.rpartition(".")
+        if parent_name not in dotted or not key:
+            where = ", ".join(f"{p}.<name>" if p else "<name>" for p in sorted(dotted))
+            problems.append(
+                (
+                    (),
+                    f"an installed plugin registers the config section '{name}', which is not "
+                    f"where plugins can define sections ({where or 'nowhere'}); "
+                    "`bergstream plugins` shows which plugin it is",
                 )
-            continue
-        raw = parent.get(key, {})
-        if not isinstance(raw, dict):
-            continue  # the model reports a section that is not a mapping
-        try:
-            settings[name] = registration.config_model.model_validate(raw)
-        except ValidationError as error:
-            problems.extend(pydantic_problems(error, loc))
+            )
+    for loc in places:
+        parent = _lookup(data, loc)
+        if not isinstance(parent, dict):
+            continue  # the enclosing section is absent (or wrong, which the model reports)
+        owner = _model_at(model, loc)
+        declared = {field.alias or name for name, field in owner.model_fields.items()}
+        prefix = ".".join(str(part) for part in loc)
+        here = {
+            name.rpartition(".")[2]: registration
+            for name, registration in registered.items()
+            if name.rpartition(".")[0] == prefix
+        }
+        for key in sorted(set(parent) - declared - set(here)):
+            known = sorted(declared | set(here))
+            nearest = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean '{nearest[0]}'? " if nearest else ""
+            problems.append(
+                (
+                    (*loc, key),
+                    f"'{key}' is no setting of '{prefix or 'the file'}' and no installed plugin "
+                    f"defines a '{_join(prefix, key)}' section: {hint}remove it, or install the "
+                    "plugin that defines it (`bergstream plugins` lists what is installed)",
+                )
+            )
+        for key, registration in here.items():
+            raw = parent.get(key, {})
+            if not isinstance(raw, dict):
+                problems.append(((*loc, key), "must be a mapping of the section's settings"))
+                continue
+            try:
+                settings[_join(prefix, key)] = registration.config_model.model_validate(raw)
+            except ValidationError as error:
+                problems.extend(pydantic_problems(error, (*loc, key)))
     return settings, problems
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
 
 
 def _lookup(data: Any, loc: Loc) -> Any:

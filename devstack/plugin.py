@@ -9,7 +9,7 @@ import logging
 
 import click
 
-from bergstream.core.api import hookimpl
+from bergstream.core.api import LogComponent, hookimpl
 
 __all__ = ["quickstart_command", "register_commands", "stack_group"]
 
@@ -140,3 +140,13 @@ def register_commands(cli: click.Group) -> None:
     """Add ``stack`` (up, down, status, env) and ``quickstart`` to the command line."""
     cli.add_command(stack_group)
     cli.add_command(quickstart_command)
+
+
+@hookimpl
+def register_log_components() -> list[LogComponent]:
+    """The local stack logs as ``stack``, the demo as ``quickstart``."""
+    return [
+        LogComponent(logger="bergstream.stack", component="stack"),
+        LogComponent(logger="bergstream.devstack", component="stack"),
+        LogComponent(logger="bergstream.devstack.quickstart", component="quickstart"),
+    ]

@@ -16,6 +16,7 @@ from bergstream.core.api import (
     BergstreamConfig,
     ConfigError,
     ConfigSectionRegistration,
+    LogComponent,
     PluginError,
     PluginRegistry,
     ServiceContext,
@@ -214,3 +215,13 @@ def register_commands(cli: click.Group) -> None:
             click.echo(json.dumps(describe_table(lake, topic, mode), indent=2))
         except TableNotFoundError as error:
             raise click.ClickException(str(error)) from None
+
+
+@hookimpl
+def register_log_components() -> list[LogComponent]:
+    """The pipeline logs as ``pipeline``, and so do Spark's Python side (py4j, pyspark)."""
+    return [
+        LogComponent(logger="bergstream.pipeline", component="pipeline"),
+        LogComponent(logger="py4j", component="pipeline"),
+        LogComponent(logger="pyspark", component="pipeline"),
+    ]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from bergstream.core.api import CacheBackendRegistration, StrictModel, hookimpl
+from bergstream.core.api import CacheBackendRegistration, LogComponent, StrictModel, hookimpl
 
 if TYPE_CHECKING:
     from bergstream.core.api import ServiceContext
@@ -150,4 +150,13 @@ def register_cache_backends() -> list[CacheBackendRegistration]:
             description="verified cache of metadata and small files in Redis; TTL and a "
             "per-entry size limit",
         ),
+    ]
+
+
+@hookimpl
+def register_log_components() -> list[LogComponent]:
+    """The cache backends log as ``cache``."""
+    return [
+        LogComponent(logger="bergstream.cache", component="cache"),
+        LogComponent(logger="bergstream.plugins.cache_backends", component="cache"),
     ]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bergstream.core.api import IndexBackendRegistration, hookimpl
+from bergstream.core.api import IndexBackendRegistration, LogComponent, hookimpl
 
 if TYPE_CHECKING:
     from bergstream.core.api import ServiceContext
@@ -74,4 +74,13 @@ def register_index_backends() -> list[IndexBackendRegistration]:
             config_model=RocksIndexConfig,
             description="ISK chunk index in a RocksDB directory (ordered keys, one process)",
         ),
+    ]
+
+
+@hookimpl
+def register_log_components() -> list[LogComponent]:
+    """The index backends log as ``index``."""
+    return [
+        LogComponent(logger="bergstream.index", component="index"),
+        LogComponent(logger="bergstream.plugins.index_backends", component="index"),
     ]

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bergstream.core.api import FileSynthesizerRegistration, ServiceRegistration, hookimpl
+from bergstream.core.api import (
+    FileSynthesizerRegistration,
+    LogComponent,
+    ServiceRegistration,
+    hookimpl,
+)
 from bergstream.plugins.isk_gateway.settings import HotsetDataSynthesizerConfig, IskServiceConfig
 
 if TYPE_CHECKING:
@@ -53,4 +58,15 @@ def register_file_synthesizers() -> list[FileSynthesizerRegistration]:
             config_model=HotsetDataSynthesizerConfig,
             description="hotset data files (Parquet) rebuilt from Kafka from their keys alone",
         )
+    ]
+
+
+@hookimpl
+def register_log_components() -> list[LogComponent]:
+    """ISK's loggers log as ``isk``; its cache and index wrappers as ``cache`` and ``index``."""
+    return [
+        LogComponent(logger="bergstream.isk", component="isk"),
+        LogComponent(logger="bergstream.isk.cache", component="cache"),
+        LogComponent(logger="bergstream.isk.index", component="index"),
+        LogComponent(logger="bergstream.plugins.isk_gateway", component="isk"),
     ]

@@ -11,8 +11,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from bergstream.core.api import (
-    KSI_COLD_FETCHES,
-    KSI_COLD_RECORDS,
     ApiKey,
     ErrorResponse,
     FilterContext,
@@ -36,6 +34,7 @@ from bergstream.plugins.ksi_fetch_filter.kafka_state import (
     ReadAccess,
     TopicIds,
 )
+from bergstream.plugins.ksi_fetch_filter.metrics import KSI_COLD_FETCHES, KSI_COLD_RECORDS
 from bergstream.plugins.ksi_fetch_filter.planner import (
     ColdAnswer,
     FetchAsk,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bergstream.core.api import FilterRegistration, hookimpl
+from bergstream.core.api import FilterRegistration, LogComponent, hookimpl
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
 
 if TYPE_CHECKING:
@@ -30,4 +30,13 @@ def register_filters() -> list[FilterRegistration]:
             config_model=KsiConfig,
             description="serve offsets Kafka deleted from the Iceberg coldset (KSI)",
         )
+    ]
+
+
+@hookimpl
+def register_log_components() -> list[LogComponent]:
+    """KSI's loggers log as ``ksi``."""
+    return [
+        LogComponent(logger="bergstream.ksi", component="ksi"),
+        LogComponent(logger="bergstream.plugins.ksi_fetch_filter", component="ksi"),
     ]

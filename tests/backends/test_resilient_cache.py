@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from bergstream.core.metrics import CACHE_REQUESTS
 from bergstream.plugins.cache_backends.redis_cache import RedisCache
 from bergstream.plugins.cache_backends.s3_cache import S3Cache
+from bergstream.plugins.isk_gateway.metrics import CACHE_REQUESTS
 from bergstream.plugins.isk_gateway.tables.resilient_cache import ResilientCache
 from tests.backends.servers import OwnServer, S3Settings
 from tests.support import wait_until

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from bergstream.core.api import FakeFilterContext
-from bergstream.core.metrics import KSI_COLD_FETCHES, KSI_COLD_RECORDS
 from bergstream.core.proxy.api import Forward, ShortCircuit
 from bergstream.core.proxy.codec import decode_response, encode_response
 from bergstream.plugins.ksi_fetch_filter.filter import KsiFilter
+from bergstream.plugins.ksi_fetch_filter.metrics import KSI_COLD_FETCHES, KSI_COLD_RECORDS
 from tests.ksi.coldset_kit import make_lake, make_record, write_cold
 from tests.ksi.test_filter import BOUNDARY, TOPIC, _factory, _fetch, _records, _upstream
 

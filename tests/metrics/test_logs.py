@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from bergstream.core.cli import cli
 from bergstream.core.logs import component_log, component_of, configure_logging, make_handler
+from bergstream.core.plugins import load_registry
 from bergstream.core.proxy.log import ProxyLogAdapter
 
 
@@ -73,6 +74,7 @@ def capture() -> Iterator[Capture]:
     ],
 )
 def test_components_follow_the_logger_name(logger: str, component: str) -> None:
+    load_registry()  # the plugins register their loggers' components
     assert component_of(logger) == component
 
 

@@ -196,13 +196,13 @@ def test_a_choice_declares_a_kind_that_can_be_chosen() -> None:
             kind = "config section"
 
 
-def test_a_section_no_installed_plugin_defines_says_what_to_install() -> None:
+def test_a_section_no_installed_plugin_defines_says_what_to_do() -> None:
     text = "lake:\n  kafka_bootstrap: 127.0.0.1:9092\n  pipeline: {trigger_interval_seconds: 1}\n"
     found = problems(text, load_registry(entry_points=False))
     ((path, line), message), *more = found.items()
     assert (path, line, more) == ("lake.pipeline", 3, [])
-    assert "no installed plugin defines the 'lake.pipeline' section: install " in message
-    assert "bergstream.pipeline.plugin" in message
+    assert "no installed plugin defines a 'lake.pipeline' section" in message
+    assert "install the plugin that defines it (`bergstream plugins`" in message
     # Left out, it is nobody's business: the lake alone is valid without the pipeline.
     parse_config(text.rsplit("  pipeline", 1)[0], registry=load_registry(entry_points=False))
 
@@ -211,13 +211,34 @@ def test_a_plugin_defining_a_section_core_has_no_place_for_is_reported() -> None
     class Stray:
         @hookimpl
         def register_config_sections(self) -> list[ConfigSectionRegistration]:
-            return [ConfigSectionRegistration(name="lake.extras", config_model=CodecConfig)]
+            return [ConfigSectionRegistration(name="proxy.extras", config_model=CodecConfig)]
 
     found = problems("virtual_clusters: []\n", load_registry([Stray()], entry_points=False))
     ((path, _), message), *more = found.items()
     assert path == "" and not more
-    assert "registers the config section 'lake.extras'" in message
-    assert "(lake.maintenance, lake.pipeline)" in message
+    assert "registers the config section 'proxy.extras'" in message
+    assert "(lake.<name>)" in message
+
+
+def test_a_plugin_adds_a_lake_section_core_never_names() -> None:
+    class Extras:
+        @hookimpl
+        def register_config_sections(self) -> list[ConfigSectionRegistration]:
+            return [ConfigSectionRegistration(name="lake.extras", config_model=CodecConfig)]
+
+    registry = load_registry([Extras()], entry_points=False)
+    text = "lake:\n  kafka_bootstrap: 127.0.0.1:9092\n  extras: {level: 3}\n"
+    assert parse_config(text, registry=registry).sections["lake.extras"] == CodecConfig(level=3)
+    found = problems(text.replace("level: 3", "level: 0"), registry)
+    assert [path for path, _ in found] == ["lake.extras.level"]
+
+
+def test_a_misspelled_lake_key_is_refused_with_the_nearest_name() -> None:
+    text = "lake:\n  kafka_bootstrap: 127.0.0.1:9092\n  namespce: x\n"
+    found = problems(text, load_registry())
+    ((path, line), message), *more = found.items()
+    assert (path, line, more) == ("lake.namespce", 3, [])
+    assert "did you mean 'namespace'?" in message
 
 
 def test_lake_settings_resolve_lake_refuses_are_refused_at_load() -> None:

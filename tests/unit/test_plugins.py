@@ -153,3 +153,19 @@ def test_the_api_version_is_major_dot_minor():
 
     major, minor = API_VERSION.split(".")
     assert major.isdigit() and minor.isdigit()
+
+
+def test_two_plugins_giving_one_logger_two_components_are_named():
+    from bergstream.core.registrations import LogComponent
+
+    def plugin(component: str):
+        class Plugin:
+            @hookimpl
+            def register_log_components(self):
+                return [LogComponent(logger="acme", component=component)]
+
+        return Plugin()
+
+    with pytest.raises(PluginError, match="logger 'acme' logs as component"):
+        load_registry([plugin("a"), plugin("b")], entry_points=False)
+    load_registry([plugin("a"), plugin("a")], entry_points=False)  # the same answer twice is fine

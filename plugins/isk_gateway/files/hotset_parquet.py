@@ -17,10 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import pyarrow.compute as pc
 
-from bergstream.core.api import (
-    ISK_KAFKA_READ_BYTES,
-    ServiceContext,
-)
+from bergstream.core.api import ServiceContext
 from bergstream.plugins.isk_gateway.files.hotset_layout import (
     RowDecoder,
     parquet_layout,
@@ -36,6 +33,7 @@ from bergstream.plugins.isk_gateway.kafka.reader import (
     KafkaReader,
     PartitionOffsets,
 )
+from bergstream.plugins.isk_gateway.metrics import ISK_KAFKA_READ_BYTES
 from bergstream.plugins.isk_gateway.settings import HotsetDataSynthesizerConfig
 from bergstream.plugins.isk_gateway.tables.paths import DAY, DataKey, parse_key
 from bergstream.plugins.isk_gateway.tables.provider import NoSuchFile, NoSuchTable

@@ -28,16 +28,11 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
 
-from bergstream.core.api import (
-    BOUNDARY_PROPERTY,
-    ISK_LOAD_TABLES,
-    Boundary,
-    ResolvedLake,
-    format_boundary,
-)
+from bergstream.core.api import BOUNDARY_PROPERTY, Boundary, ResolvedLake, format_boundary
 from bergstream.core.api import table_boundary as physical_boundary
 from bergstream.plugins.isk_gateway.files.manifests import ManifestGroup
 from bergstream.plugins.isk_gateway.files.table_metadata import SnapshotPlan, build_metadata
+from bergstream.plugins.isk_gateway.metrics import ISK_LOAD_TABLES
 from bergstream.plugins.isk_gateway.tables.hotset import record_built
 from bergstream.plugins.isk_gateway.tables.lake_schemas import (
     BaseSchema,

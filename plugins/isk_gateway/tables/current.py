@@ -39,7 +39,6 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 
 from bergstream.core.api import (
     BOUNDARY_PROPERTY,
-    ISK_LOAD_TABLES,
     Boundary,
     ChunkEntry,
     StateChanges,
@@ -72,6 +71,7 @@ from bergstream.plugins.isk_gateway.files.table_metadata import (
     SnapshotPlan,
 )
 from bergstream.plugins.isk_gateway.kafka.reader import PartitionOffsets
+from bergstream.plugins.isk_gateway.metrics import ISK_LOAD_TABLES
 from bergstream.plugins.isk_gateway.tables.coldset import (
     ColdsetProvider,
     ColdSnapshot,

@@ -22,14 +22,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from bergstream.core.api import (
-    ISK_LOAD_TABLES,
-    ISK_SYNTHESIZED_BYTES,
-    CacheBackend,
-    ChunkEntry,
-    FileSynthesizer,
-    IndexBackend,
-)
+from bergstream.core.api import CacheBackend, ChunkEntry, FileSynthesizer, IndexBackend
 from bergstream.plugins.isk_gateway.files.data_files import chunk_key
 from bergstream.plugins.isk_gateway.files.hotset_layout import layout_name
 from bergstream.plugins.isk_gateway.files.hotset_parquet import HotsetDataSynthesizer
@@ -39,6 +32,7 @@ from bergstream.plugins.isk_gateway.files.table_metadata import (
     build_metadata,
     plan_table,
 )
+from bergstream.plugins.isk_gateway.metrics import ISK_LOAD_TABLES, ISK_SYNTHESIZED_BYTES
 from bergstream.plugins.isk_gateway.tables.history import (
     PLAN_ATTEMPTS,
     HistorySettings,

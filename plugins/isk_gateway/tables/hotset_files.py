@@ -21,7 +21,8 @@ import os
 from collections import deque
 from collections.abc import Mapping, Sequence
 
-from bergstream.core.api import ISK_SYNTHESIZED_BYTES, FileSynthesizer
+from bergstream.core.api import FileSynthesizer
+from bergstream.plugins.isk_gateway.metrics import ISK_SYNTHESIZED_BYTES
 from bergstream.plugins.isk_gateway.tables.paths import DataKey, ParsedKey, parse_key
 from bergstream.plugins.isk_gateway.tables.provider import NoSuchFile
 from bergstream.plugins.isk_gateway.tables.store import FileStore

@@ -32,16 +32,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from bergstream.core.api import (
-    INDEX_LAG,
-    ISK_KAFKA_READ_BYTES,
-    ISK_SYNTHESIZED_BYTES,
-    ChunkEntry,
-    IndexBackend,
-)
+from bergstream.core.api import ChunkEntry, IndexBackend
 from bergstream.plugins.isk_gateway.files.data_files import chunk_key
 from bergstream.plugins.isk_gateway.files.hotset_layout import build_chunk, layout_name
 from bergstream.plugins.isk_gateway.kafka.reader import FetchedRange, PartitionOffsets
+from bergstream.plugins.isk_gateway.metrics import (
+    INDEX_LAG,
+    ISK_KAFKA_READ_BYTES,
+    ISK_SYNTHESIZED_BYTES,
+)
 from bergstream.plugins.isk_gateway.tables.paths import DAY, HOUR, UNIT_MICROS
 from bergstream.plugins.isk_gateway.tables.store import FileStore
 
@@ -317,4 +316,3 @@ class HotsetIndexer:
         fetched = await self.source.fetch(topic, partition, start, end)
         ISK_KAFKA_READ_BYTES.labels(self.cluster, "index").inc(len(fetched.records))
         return fetched
-

@@ -18,8 +18,6 @@ from pyiceberg.partitioning import PartitionSpec
 
 from bergstream.core.api import (
     BOUNDARY_PROPERTY,
-    ISK_LOAD_TABLES,
-    PIPELINE_LAG,
     SORT_ORDER,
     ChunkEntry,
     RowContractError,
@@ -39,6 +37,7 @@ from bergstream.plugins.isk_gateway.files.table_metadata import (
     snapshot_id_of,
 )
 from bergstream.plugins.isk_gateway.kafka.reader import PartitionOffsets
+from bergstream.plugins.isk_gateway.metrics import ISK_LOAD_TABLES, PIPELINE_LAG
 from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider, ColdSnapshot
 from bergstream.plugins.isk_gateway.tables.history import (
     PLAN_ATTEMPTS,

@@ -32,7 +32,6 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 
 from bergstream.core.api import (
-    ISK_LOAD_TABLES,
     KEY_ERROR_COLUMN,
     VALUE_ERROR_COLUMN,
     TableMode,
@@ -51,6 +50,7 @@ from bergstream.plugins.isk_gateway.files.table_metadata import (
     HOTSET_OFFSETS_PROPERTY,
     SnapshotPlan,
 )
+from bergstream.plugins.isk_gateway.metrics import ISK_LOAD_TABLES
 from bergstream.plugins.isk_gateway.tables.coldset import relative_path, with_path
 from bergstream.plugins.isk_gateway.tables.current import CurrentProvider, StateView, conform_rows
 from bergstream.plugins.isk_gateway.tables.derived_files import DerivedFiles

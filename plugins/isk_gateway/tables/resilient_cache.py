@@ -29,7 +29,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from bergstream.core.api import CACHE_REQUESTS, CacheBackend, ConditionalCacheBackend
+from bergstream.core.api import CacheBackend, ConditionalCacheBackend
+from bergstream.plugins.isk_gateway.metrics import CACHE_REQUESTS
 
 __all__ = ["ResilientCache"]
 
