@@ -27,12 +27,12 @@ import pytest
 from bergstream.core.api import (
     RegisteredSchema,
     SchemaRegistryClient,
-    SchemaRegistrySettings,
     ServiceContext,
     TopicCodecsResolver,
 )
 from bergstream.core.config import load_config
 from bergstream.core.plugins import load_registry
+from bergstream.core.schema_registry import SchemaRegistrySettings
 from bergstream.devstack.quickstart.clients import (
     MissingExtraError,
     duckdb_extension_paths,

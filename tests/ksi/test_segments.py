@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from bergstream.core.api import ROW_ARROW_SCHEMA, Record, record_to_row
+from bergstream.core.api import ROW_ARROW_SCHEMA, Record
+from bergstream.core.row_contract import record_to_row
 from bergstream.plugins.ksi_fetch_filter.segments import PAYLOAD_COLUMNS, decode_segment
 from tests.ksi.coldset_kit import make_record
 

@@ -27,12 +27,12 @@ from bergstream.core.api import (
     Record,
     ResolvedLake,
     SchemaRegistryClient,
-    SchemaRegistrySettings,
     SideCodecs,
     TopicCodecs,
     load_catalog,
     resolve_lake,
 )
+from bergstream.core.schema_registry import SchemaRegistrySettings
 from bergstream.plugins.value_codecs.codec import AvroCodec
 from tests.ksi.avro_kit import (
     KEY_SCHEMA,

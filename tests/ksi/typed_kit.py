@@ -23,8 +23,8 @@ from bergstream.core.api import (
     build_layout,
     format_boundary,
     load_catalog,
-    record_to_row,
 )
+from bergstream.core.row_contract import record_to_row
 from tests.ksi.coldset_kit import TEST_SPEC
 
 #: (partition, timestamp type, record): a record as it sits in Kafka.

@@ -43,7 +43,8 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from hypothesis import strategies as st
 
-from bergstream.core.api import NO_FRAMING, VALUE_ERROR_COLUMN
+from bergstream.core.api import VALUE_ERROR_COLUMN
+from bergstream.core.typed_rows import NO_FRAMING
 from bergstream.pipeline.settings import PipelineLake
 from tests.pipeline.property_kit import (
     UNKNOWN_ID,

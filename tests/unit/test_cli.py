@@ -105,7 +105,7 @@ def test_stack_and_quickstart_come_from_the_devstack_plugin():
         ).stdout
     )
     devstack = next(p for p in plugins if p["name"] == "devstack")
-    assert devstack["hooks"] == ["register_commands"]
+    assert devstack["hooks"] == ["register_commands", "register_log_components"]
     for args, expected in (
         (["stack", "--help"], ["down", "env", "status", "up"]),
         (

@@ -17,6 +17,7 @@ from pyiceberg.schema import Schema, assign_fresh_schema_ids
 
 from bergstream.core.config import ConfigError, parse_config
 from bergstream.core.lake import LakeConfig, LakeConfigError, resolve_lake
+from bergstream.core.plugins import load_registry
 from bergstream.core.records import Record
 from bergstream.core.row_contract import (
     BOUNDARY_PROPERTY,
@@ -202,9 +203,12 @@ lake:
     config = parse_config(text, env={"BOOT": "127.0.0.1:9092"})
     assert config.lake is not None and config.lake.pipeline["max_offsets_per_trigger"] == 1000
     with pytest.raises(ConfigError) as error:
-        parse_config("lake: {kafka_bootstrap: nope, catalg: {}}\n", source="x.yaml")
+        parse_config(
+            "lake: {kafka_bootstrap: nope, catalg: {}}\n", source="x.yaml", registry=load_registry()
+        )
     text = str(error.value)
-    assert "lake.catalg: unknown key" in text and "lake.kafka_bootstrap" in text
+    assert "lake.catalg: 'catalg' is no setting of 'lake'" in text
+    assert "did you mean 'catalog'?" in text and "lake.kafka_bootstrap" in text
 
 
 def test_core_never_imports_pyspark():
