@@ -33,7 +33,7 @@ from bergstream.core.api import (
     load_catalog,
     resolve_lake,
 )
-from bergstream.plugins.value_codecs.codec import AvroCodec
+from bergstream.plugins.value_codecs.avro.codec import AvroCodec
 from tests.ksi.avro_kit import (
     KEY_SCHEMA,
     PAYMENT_V1,

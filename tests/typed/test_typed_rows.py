@@ -119,7 +119,11 @@ def test_values_decode_into_columns_and_come_back_byte_for_byte() -> None:
     assert table.column("kafka_value").to_pylist() == [None, None, *values[2:]]
     assert table.column(VALUE_SCHEMA_ID_COLUMN).to_pylist() == [3, None, None, 3, 3, 99]
     assert table.column(VALUE_ERROR_COLUMN).to_pylist() == [
-        None, None, "no Confluent framing", None, "corrupt payload: not 8 bytes",
+        None,
+        None,
+        "no Confluent framing",
+        None,
+        "corrupt payload: not 8 bytes",
         "unknown schema id 99",
     ]
     assert out.causes[("value", "unknown schema id 99")] == 1
@@ -145,7 +149,8 @@ def test_framing_split_and_rebuilt() -> None:
     has, ids = split_framing(array)
     assert has.tolist() == [True, False, False, False] and ids[0] == 258
     assert frame_payloads(258, pa.array([b"ab", b""], pa.large_binary())).to_pylist() == [
-        framed(258, b"ab"), framed(258, b""),
+        framed(258, b"ab"),
+        framed(258, b""),
     ]
 
 
