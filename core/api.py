@@ -16,6 +16,8 @@ shows every hook with this module, and ``docs/architecture.md`` the import rules
 
 from __future__ import annotations
 
+import importlib
+
 from bergstream.core import sigv4
 from bergstream.core.backends import (
     CacheBackend,
@@ -426,6 +428,7 @@ __all__ = [
     "build_layout_seeing",
     "build_request",
     "build_response",
+    "cached_njit",  # noqa: F822 - imported on first use (module __getattr__)
     "check_id",
     "check_schema",
     "choice_settings",
@@ -455,9 +458,12 @@ __all__ = [
     "parse_boundary",
     "position_deletes_table",
     "project_array",
+    "put_varint",  # noqa: F822 - imported on first use (module __getattr__)
+    "put_zigzag",  # noqa: F822 - imported on first use (module __getattr__)
     "pyiceberg_catalog_properties",
     "read_records",
     "read_state_snapshot",
+    "read_varint",  # noqa: F822 - imported on first use (module __getattr__)
     "record_batch",
     "record_to_row",
     "reduce_changes",
@@ -484,16 +490,33 @@ __all__ = [
     "table_boundary",
     "typed_layout",
     "undecodable_reasons",
+    "unzigzag",  # noqa: F822 - imported on first use (module __getattr__)
+    "varint_size",  # noqa: F822 - imported on first use (module __getattr__)
     "wire_round_trip",
     "with_header",
+    "zigzag",  # noqa: F822 - imported on first use (module __getattr__)
 ]
 
 
-def __getattr__(name: str) -> object:
-    """``copy_bytes`` (:mod:`bergstream.core.byte_copy`), imported on first use: it imports
-    numba, which importing core must not."""
-    if name == "copy_bytes":
-        from bergstream.core.byte_copy import copy_bytes
+#: The helpers of numba-compiled kernels, each with its module: imported on first use, since
+#: they import numba, which importing core must not.
+_COMPILED_HELPERS = {
+    "cached_njit": "bergstream.core.kernel_cache",
+    "copy_bytes": "bergstream.core.byte_copy",
+    "put_varint": "bergstream.core.varints",
+    "put_zigzag": "bergstream.core.varints",
+    "read_varint": "bergstream.core.varints",
+    "unzigzag": "bergstream.core.varints",
+    "varint_size": "bergstream.core.varints",
+    "zigzag": "bergstream.core.varints",
+}
 
-        return copy_bytes
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> object:
+    """The helpers of compiled kernels (``copy_bytes``, ``cached_njit``, the varints of
+    :mod:`bergstream.core.varints`), imported on first use: they import numba, which importing
+    core must not."""
+    module = _COMPILED_HELPERS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

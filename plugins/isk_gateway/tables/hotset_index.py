@@ -317,4 +317,3 @@ class HotsetIndexer:
         fetched = await self.source.fetch(topic, partition, start, end)
         ISK_KAFKA_READ_BYTES.labels(self.cluster, "index").inc(len(fetched.records))
         return fetched
-

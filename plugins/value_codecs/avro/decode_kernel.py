@@ -9,15 +9,16 @@ wins; earlier entries go to the map's dropped-entries column), decimals not in f
 length, uuids not in their lowercase 36-character form. A column running out of room stops the
 walk before that row (status :data:`OVERFLOW`), so the caller grows the arena and resumes there.
 
-The numba cache is keyed on this file only: after changing :mod:`..shared.arena_kernel`,
-:mod:`..shared.kernel_read` or :mod:`..shared.decimal128`, touch this file too.
+Compiled with ``cached_njit`` (:mod:`bergstream.core.kernel_cache`): its on-disk cache is keyed
+on the source of this file and of every module it imports, so it is recompiled after any of
+them changes.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from bergstream.core.api import cached_njit, read_varint, unzigzag
 from bergstream.plugins.value_codecs.avro.ops import (
     ERR_BLOCK,
     ERR_DECIMAL,
@@ -30,6 +31,7 @@ from bergstream.plugins.value_codecs.avro.ops import (
     ERR_UNION,
     ERR_UTF8,
     ERR_UUID,
+    ERR_VARINT,
     OP_ARRAY,
     OP_BOOL,
     OP_DEC_BYTES,
@@ -58,8 +60,7 @@ from bergstream.plugins.value_codecs.shared.arena_kernel import (
     append_offset,
     append_pads,
     append_string,
-    copy_lengths,
-    null_row,
+    end_row,
 )
 from bergstream.plugins.value_codecs.shared.decimal128 import decimal_length, fits_precision
 from bergstream.plugins.value_codecs.shared.kernel_read import (
@@ -68,7 +69,6 @@ from bergstream.plugins.value_codecs.shared.kernel_read import (
     read_be128,
     read_le,
     read_uuid,
-    read_varint,
     utf8_ok,
 )
 
@@ -77,9 +77,24 @@ __all__ = ["DONE", "OVERFLOW", "decode_rows"]
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
 _MILLIS_LIMIT = (2**63 - 1) // 1000
+_OVERLONG = 1  # core's VARINT_OVERLONG
+_OVERFLOW = 2  # core's VARINT_OVERFLOW
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True, inline="always")
+def _read_long(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, bool]:
+    """The zigzag varint (an Avro int or long) at ``pos``: value, next position (``-code`` on
+    error: :data:`ERR_TRUNCATED`, :data:`ERR_VARINT` beyond 64 bits), whether its encoding
+    is longer than needed."""
+    raw, pos, flags = read_varint(buf, pos, end)
+    if pos < 0:
+        return 0, -ERR_TRUNCATED if pos == -1 else -ERR_VARINT, False
+    if flags & _OVERFLOW:
+        return 0, -ERR_VARINT, False
+    return unzigzag(raw), pos, (flags & _OVERLONG) != 0
+
+
+@cached_njit(nogil=True)
 def decode_rows(
     buf: np.ndarray, offsets: np.ndarray, skip: int, start_row: int,
     code: np.ndarray, jumps: np.ndarray, pads: np.ndarray,
@@ -109,7 +124,7 @@ def decode_rows(
         while True:
             op = code[pc, 0]
             if op in (OP_LONG, OP_INT, OP_TIME_MILLIS, OP_TS_MILLIS):
-                value, pos, f = read_varint(buf, pos, end)
+                value, pos, f = _read_long(buf, pos, end)
                 if pos < 0:
                     error = -pos
                     break
@@ -137,7 +152,7 @@ def decode_rows(
                 clen[col] = at + 1
                 pc += 1
             elif op in (OP_STRING, OP_ENUM, OP_UUID, OP_DEC_BYTES):
-                value, pos, f = read_varint(buf, pos, end)
+                value, pos, f = _read_long(buf, pos, end)
                 if pos < 0:
                     error = -pos
                     break
@@ -240,7 +255,7 @@ def decode_rows(
                 clen[col] = at + 1
                 pc += 1
             elif op == OP_UNION:
-                value, pos, f = read_varint(buf, pos, end)
+                value, pos, f = _read_long(buf, pos, end)
                 if pos < 0:
                     error = -pos
                     break
@@ -288,7 +303,7 @@ def decode_rows(
                 pos += size
                 pc += 1
             elif op == OP_ARRAY:
-                count, pos, f = read_varint(buf, pos, end)
+                count, pos, f = _read_long(buf, pos, end)
                 if pos < 0:
                     error = -pos
                     break
@@ -296,7 +311,7 @@ def decode_rows(
                 if count < 0:
                     count = -count
                     odd = True
-                    _, pos, f = read_varint(buf, pos, end)  # the block's size in bytes
+                    _, pos, f = _read_long(buf, pos, end)  # the block's size in bytes
                     if pos < 0:
                         error = -pos
                         break
@@ -323,7 +338,7 @@ def decode_rows(
                 if stack[top, 0] > 0:
                     pc = code[pc, 1]
                     continue
-                count, pos, f = read_varint(buf, pos, end)
+                count, pos, f = _read_long(buf, pos, end)
                 if pos < 0:
                     error = -pos
                     break
@@ -332,7 +347,7 @@ def decode_rows(
                     odd = True
                     if count < 0:
                         count = -count
-                        _, pos, f = read_varint(buf, pos, end)
+                        _, pos, f = _read_long(buf, pos, end)
                         if pos < 0:
                             error = -pos
                             break
@@ -370,21 +385,14 @@ def decode_rows(
                 pc += 1
             elif op == OP_END:
                 break
-        if over >= 0:
-            copy_lengths(saved, clen)
-            return OVERFLOW, row, over
         if error == 0 and pos != end:
             error = ERR_TRAILING
-        if error == 0:
-            keep[row] = 1 if odd else 0
-            errors[row] = 0
-            continue
-        over = null_row(
-            saved, pads, root_pad_first, root_pad_count, symbol_offsets, symbol_data,
-            a64, a32, a8, cbase, ccap, clen,
+        over = end_row(
+            over, error != 0, saved, pads, root_pad_first, root_pad_count, symbol_offsets,
+            symbol_data, a64, a32, a8, cbase, ccap, clen,
         )  # fmt: skip
         if over >= 0:
             return OVERFLOW, row, over
-        keep[row] = 1
+        keep[row] = 1 if odd or error != 0 else 0
         errors[row] = error
     return DONE, rows, -1

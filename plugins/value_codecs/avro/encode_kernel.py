@@ -7,15 +7,16 @@ offsets address its data column. A value the decoder could not have produced (a 
 with no branch set, a string that is no symbol of its enum, a timestamp-millis with a
 sub-millisecond part) stops the walk with a positive status (:data:`.ops.ENCODE_ERRORS`).
 
-The numba cache is keyed on this file only: after changing :mod:`..shared.kernel_write`,
-:mod:`..shared.kernel_read` or :mod:`..shared.decimal128`, touch this file too.
+Compiled with ``cached_njit`` (:mod:`bergstream.core.kernel_cache`): its on-disk cache is keyed
+on the source of this file and of every module it imports, so it is recompiled after any of
+them changes.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from bergstream.core.api import cached_njit, put_zigzag
 from bergstream.plugins.value_codecs.avro.ops import (
     ENC_ENUM,
     ENC_INT_RANGE,
@@ -46,7 +47,7 @@ from bergstream.plugins.value_codecs.avro.ops import (
 )
 from bergstream.plugins.value_codecs.shared.decimal128 import decimal_length
 from bergstream.plugins.value_codecs.shared.kernel_read import copy_bytes
-from bergstream.plugins.value_codecs.shared.kernel_write import grow, put_le, put_uuid, put_zigzag
+from bergstream.plugins.value_codecs.shared.kernel_write import grow, put_le, put_uuid
 
 __all__ = ["encode_rows"]
 
@@ -54,7 +55,7 @@ _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _put_be128(out: np.ndarray, pos: int, high: int, low: int, size: int) -> int:
     """The ``size`` low bytes of the sign-extended 128-bit value, big-endian."""
     fill = 0xFF if high < 0 else 0
@@ -69,7 +70,7 @@ def _put_be128(out: np.ndarray, pos: int, high: int, low: int, size: int) -> int
     return pos + size
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _symbol(
     a8: np.ndarray, start: int, length: int, symbol_offsets: np.ndarray,
     symbol_data: np.ndarray, first: int, count: int,
@@ -89,7 +90,7 @@ def _symbol(
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def encode_rows(
     rows: int, code: np.ndarray, jumps: np.ndarray, selectors: np.ndarray, pads: np.ndarray,
     symbol_offsets: np.ndarray, symbol_data: np.ndarray,

@@ -6,8 +6,8 @@ operands. Module-level ints, so numba freezes them into the compiled kernels.
 The arenas (``A64``, ``A32``, ``A8``) and the pad kinds are those every program shares
 (:mod:`..shared.arena_layout`), re-exported here.
 
-The kernels' numba caches are keyed on their own files only: after changing a number here,
-touch ``decode_kernel.py`` and ``encode_kernel.py`` so they are recompiled.
+The kernels freeze these numbers when compiled; their caches (``cached_njit``,
+:mod:`bergstream.core.kernel_cache`) are keyed on this module's source too.
 """
 
 from __future__ import annotations

@@ -8,15 +8,16 @@ makes it give up on the row (its columns are rolled back and filled with the nul
 ``fallback[row]`` is set), so the codec decodes that row the general way. Rows it finishes are
 canonical: their bytes need not be kept.
 
-The numba cache is keyed on this file only: after changing :mod:`.number_reading`,
-:mod:`..shared.kernel_read` or :mod:`..shared.arena_kernel`, touch this file too.
+Compiled with ``cached_njit`` (:mod:`bergstream.core.kernel_cache`): its on-disk cache is keyed
+on the source of this file and of every module it imports, so it is recompiled after any of
+them changes.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from bergstream.core.api import cached_njit
 from bergstream.plugins.value_codecs.json_schema.number_reading import read_double, read_long
 from bergstream.plugins.value_codecs.shared.arena_kernel import (
     DONE,
@@ -25,9 +26,8 @@ from bergstream.plugins.value_codecs.shared.arena_kernel import (
     append_pads,
     append_string,
     append_valid,
-    copy_lengths,
+    end_row,
     end_string,
-    null_row,
     string_room,
 )
 from bergstream.plugins.value_codecs.shared.kernel_read import (
@@ -65,7 +65,7 @@ _GIVE_UP = -2  # "over" value: the row is not canonical (or not valid)
 _DAYS_BEFORE_MONTH = np.array([0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334, 365])
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _digits(buf: np.ndarray, pos: int, count: int) -> int:
     """The decimal number of ``count`` ASCII digits at ``pos``, -1 if one is not a digit."""
     value = 0
@@ -77,7 +77,7 @@ def _digits(buf: np.ndarray, pos: int, count: int) -> int:
     return value
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _days(year: int, month: int, day: int) -> int:
     """Days from 1970-01-01 to a valid proleptic Gregorian date; -10**9 if it is not valid."""
     if year < 1 or month < 1 or month > 12 or day < 1:
@@ -95,7 +95,7 @@ def _days(year: int, month: int, day: int) -> int:
     return ordinal - 719163  # date(1970, 1, 1).toordinal()
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _date(buf: np.ndarray, pos: int) -> int:
     """The days of the ``YYYY-MM-DD`` at ``pos`` (10 bytes there), -10**9 if not one."""
     if buf[pos + 4] != 45 or buf[pos + 7] != 45:
@@ -108,7 +108,7 @@ def _date(buf: np.ndarray, pos: int) -> int:
     return _days(year, month, day)
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _timestamp(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
     """The canonical ``"YYYY-MM-DDTHH:MM:SS[.ffffff]Z"`` at ``pos``: microseconds since the
     epoch and the position after it (-1 if it is not one)."""
@@ -137,7 +137,7 @@ def _timestamp(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
     return seconds * 1_000_000 + micros, at + 2
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _string(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, bool]:
     """The canonical JSON string at ``pos`` (``"`` first): the position after its closing
     quote (-1 if it is not canonical: an escape ``json.dumps`` does not write, a raw control
@@ -188,7 +188,7 @@ def _string(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, bool]:
     return -1, 0, False
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _unescape(buf: np.ndarray, pos: int, end: int, out: np.ndarray, at: int) -> None:
     """Write the decoded bytes of the canonical string body ``buf[pos:end]`` at ``out[at]``."""
     while pos < end:
@@ -221,7 +221,7 @@ def _unescape(buf: np.ndarray, pos: int, end: int, out: np.ndarray, at: int) -> 
         at += 1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _is(buf: np.ndarray, pos: int, end: int, a: int, b: int, c: int, d: int) -> bool:
     """Whether the 4 bytes at ``pos`` are ``a b c d``."""
     return (
@@ -233,7 +233,7 @@ def _is(buf: np.ndarray, pos: int, end: int, a: int, b: int, c: int, d: int) -> 
     )
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def read_rows(
     buf: np.ndarray, offsets: np.ndarray, skip: int, start_row: int,
     code: np.ndarray, pads: np.ndarray, literals: np.ndarray,
@@ -480,17 +480,12 @@ def read_rows(
                 pc += 1
             elif op == OP_END:
                 break
-        if over >= 0:
-            copy_lengths(saved, clen)
-            return OVERFLOW, row, over
-        if over == -1 and pos == end:
-            fallback[row] = 0
-            continue
-        over = null_row(
-            saved, pads, root_pad_first, root_pad_count, no_symbols, no_data,
+        failed = not (over == -1 and pos == end)
+        over = end_row(
+            over, failed, saved, pads, root_pad_first, root_pad_count, no_symbols, no_data,
             a64, a32, a8, cbase, ccap, clen,
         )  # fmt: skip
         if over >= 0:
             return OVERFLOW, row, over
-        fallback[row] = 1
+        fallback[row] = 1 if failed else 0
     return DONE, rows, -1

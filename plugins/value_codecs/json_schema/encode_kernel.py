@@ -7,15 +7,16 @@ column. What the kernel does not write (a subnormal double, a date or date-time 
 1 to 9999, text that is not UTF-8) makes it drop the row's output and set ``fallback[row]``:
 the caller writes that row the general way (which raises where it must).
 
-The numba cache is keyed on this file only: after changing :mod:`.number_writing`,
-:mod:`..shared.kernel_read` or :mod:`..shared.kernel_write`, touch this file too.
+Compiled with ``cached_njit`` (:mod:`bergstream.core.kernel_cache`): its on-disk cache is keyed
+on the source of this file and of every module it imports, so it is recompiled after any of
+them changes.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from bergstream.core.api import cached_njit
 from bergstream.plugins.value_codecs.json_schema.number_writing import write_double, write_long
 from bergstream.plugins.value_codecs.shared.kernel_read import copy_bytes, load_word, utf8_ok
 from bergstream.plugins.value_codecs.shared.kernel_write import put_uuid
@@ -66,20 +67,20 @@ VALUE_ROOM = 40
 _ROOM = 64  # room checked before each instruction
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _put(out: np.ndarray, pos: int, text: np.ndarray) -> int:
     for i in range(text.size):
         out[pos + i] = text[i]
     return pos + text.size
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _two(out: np.ndarray, pos: int, value: int) -> None:
     out[pos] = 48 + value // 10
     out[pos + 1] = 48 + value % 10
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _put_date(out: np.ndarray, pos: int, days: int) -> int:
     """``YYYY-MM-DD`` of a day in years 1 to 9999 (H. Hinnant's civil-from-days)."""
     z = days + 719468
@@ -107,7 +108,7 @@ _QUOTES = 0x2222222222222222
 _BACKSLASHES = 0x5C5C5C5C5C5C5C5C
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _plain_word(word: int) -> bool:
     """Whether none of 8 bytes is below 0x20, a quote, a backslash or above 0x7F."""
     low = (word - _SPACES) & ~word
@@ -117,7 +118,7 @@ def _plain_word(word: int) -> bool:
     return found & _HIGHS == 0
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _put_string(out: np.ndarray, pos: int, data: np.ndarray, start: int, length: int) -> int:
     """The JSON string of UTF-8 text as ``json.dumps(..., ensure_ascii=False)`` writes it
     (room for ``6 * length + 2`` bytes checked by the caller); -1 if it is not UTF-8."""
@@ -167,7 +168,7 @@ def _put_string(out: np.ndarray, pos: int, data: np.ndarray, start: int, length:
     return pos + 1
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def escaped_size(data: np.ndarray) -> int:
     """The most bytes the JSON strings of ``data``'s bytes take (quotes left out)."""
     size = data.size
@@ -178,7 +179,7 @@ def escaped_size(data: np.ndarray) -> int:
     return size
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def write_rows(
     rows: int, code: np.ndarray, pads: np.ndarray, literals: np.ndarray,
     a64: np.ndarray, a32: np.ndarray, a8: np.ndarray, cbase: np.ndarray,

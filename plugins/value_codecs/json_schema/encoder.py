@@ -22,11 +22,18 @@ import pyarrow as pa
 
 from bergstream.plugins.value_codecs.json_schema import encode_kernel as k
 from bergstream.plugins.value_codecs.json_schema.types import JsonNode
+from bergstream.plugins.value_codecs.shared.flatten import (
+    ARENA_DTYPES,
+    bits,
+    entries,
+    pack,
+    strings,
+    window,
+)
 
 __all__ = ["EncodeProgram", "JsonEncoder", "compile_encoder"]
 
 _A64, _A32, _A8 = 0, 1, 2
-_DTYPES = {_A64: np.int64, _A32: np.int32, _A8: np.uint8}
 _WIDTH = 8
 _SMALL_STRINGS = 1 << 22  # bytes of one string column
 _LEAVES = {
@@ -200,7 +207,7 @@ class JsonEncoder:
         program = self.program
         columns: list[np.ndarray | None] = [None] * len(program.col_arena)
         _flatten(program.root, values, columns)
-        arenas, base = _pack(program.col_arena, columns)
+        arenas, base = pack(program.col_arena, columns)
         # The worst case: untouched pages of np.empty cost nothing.
         out = np.empty(_room(program.root, columns) + 64, dtype=np.uint8)
         offsets = np.empty(rows + 1, dtype=np.int64)
@@ -261,35 +268,12 @@ def _room(slot: _Slot, columns: list[np.ndarray | None]) -> int:
     return room + sum(_room(child, columns) for child in slot.children)
 
 
-def _pack(
-    col_arena: list[int], columns: list[np.ndarray | None]
-) -> tuple[list[np.ndarray], np.ndarray]:
-    """The columns concatenated per arena, and each column's base in its arena."""
-    base = np.zeros(max(len(columns), 1), dtype=np.int64)
-    parts: dict[int, list[np.ndarray]] = {arena: [] for arena in _DTYPES}
-    sizes = dict.fromkeys(_DTYPES, 0)
-    for col, arena in enumerate(col_arena):
-        column = columns[col]
-        if column is None:
-            continue
-        base[col] = sizes[arena]
-        sizes[arena] += column.size
-        parts[arena].append(column)
-    arenas = []
-    for arena, dtype in _DTYPES.items():
-        chunks = parts[arena]
-        arenas.append(
-            np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(1, dtype)
-        )
-    return arenas, base
-
-
 def _flatten(slot: _Slot, array: pa.Array, columns: list[np.ndarray | None]) -> None:
     """Fill ``columns`` with the slots of ``array`` (an array of ``slot``'s values)."""
     length = len(array)
     if slot.valid >= 0:
         columns[slot.valid] = (
-            _bits(array.buffers()[0], array.offset, length)
+            bits(array.buffers()[0], array.offset, length)
             if array.null_count
             else np.ones(length, dtype=np.uint8)
         )
@@ -300,23 +284,14 @@ def _flatten(slot: _Slot, array: pa.Array, columns: list[np.ndarray | None]) -> 
     elif kind in ("list", "map"):
         _flatten_repeated(slot, array, columns)
     elif kind in ("string", "json"):
-        buffers = array.buffers()
-        offsets = _window(buffers[1], np.int64, array.offset, length + 1)
-        start, stop = (int(offsets[0]), int(offsets[-1])) if length else (0, 0)
-        columns[slot.col] = offsets - start
-        data = buffers[2]
-        columns[slot.data] = (
-            np.frombuffer(data, dtype=np.uint8)[start:stop]
-            if data is not None
-            else np.zeros(0, dtype=np.uint8)
-        )
+        columns[slot.col], columns[slot.data] = strings(array)
     elif kind == "boolean":
-        columns[slot.col] = _bits(array.buffers()[1], array.offset, length)
+        columns[slot.col] = bits(array.buffers()[1], array.offset, length)
     else:
         if isinstance(array, pa.ExtensionArray):
             array = array.storage
-        dtype = _DTYPES[_LEAVES[kind][1]]
-        columns[slot.col] = _window(
+        dtype = ARENA_DTYPES[_LEAVES[kind][1]]
+        columns[slot.col] = window(
             array.buffers()[1], dtype, array.offset * slot.width, length * slot.width
         )
 
@@ -324,38 +299,10 @@ def _flatten(slot: _Slot, array: pa.Array, columns: list[np.ndarray | None]) -> 
 def _flatten_repeated(slot: _Slot, array: pa.Array, columns: list[np.ndarray | None]) -> None:
     """A list or map: offsets from 0, children sliced to the entries it uses (a null entry
     with a non-empty range, which Arrow allows, loses its elements)."""
-    offsets = np.asarray(array.offsets, dtype=np.int64)
-    start, stop = int(offsets[0]), int(offsets[-1])
-    child = array.values.slice(start, stop - start)
-    offsets = offsets - start
-    if array.null_count:
-        valid = _bits(array.buffers()[0], array.offset, len(array)) != 0
-        lengths = np.diff(offsets)
-        used = np.where(valid, lengths, 0)
-        if (used != lengths).any():
-            child = child.filter(pa.array(np.repeat(valid, lengths)))
-            offsets = np.concatenate([[0], np.cumsum(used)]).astype(np.int64)
-    columns[slot.col] = offsets
+    valid = bits(array.buffers()[0], array.offset, len(array)) if array.null_count else None
+    columns[slot.col], child = entries(array, valid)
     if slot.kind == "list":
         _flatten(slot.children[0], child, columns)
     else:
         _flatten(slot.children[0], child.field(0), columns)
         _flatten(slot.children[1], child.field(1), columns)
-
-
-def _window(buffer: pa.Buffer | None, dtype: type, start: int, count: int) -> np.ndarray:
-    if buffer is None or count == 0:
-        return np.zeros(count, dtype=dtype)
-    return np.frombuffer(buffer, dtype=dtype)[start : start + count]
-
-
-def _bits(bitmap: pa.Buffer | None, offset: int, length: int) -> np.ndarray:
-    """A bitmap as one uint8 (0 or 1) per entry; all ones when there is no bitmap."""
-    if bitmap is None:
-        return np.ones(length, dtype=np.uint8)
-    first = offset // 8
-    bits = np.unpackbits(
-        np.frombuffer(bitmap, dtype=np.uint8)[first : (offset + length + 7) // 8],
-        bitorder="little",
-    )
-    return bits[offset - 8 * first : offset - 8 * first + length]

@@ -18,14 +18,16 @@ Exact comparisons of ``D * 10**p`` with ``b * 2**f`` use 128-bit integers (two u
 when they would need more (very large or small exponents), or on an exact tie, the answer is
 "not proven" and the row goes the slow way: a False is never wrong, only slower.
 
-Inlined into :mod:`.decode_kernel`, whose numba cache is keyed on its own file only: after
-changing this module, touch ``json_kernel.py`` too.
+Inlined into :mod:`.decode_kernel`. The kernels that inline these are compiled with ``cached_njit``
+(:mod:`bergstream.core.kernel_cache`): their on-disk caches are keyed on this module's source
+too, so changing it recompiles them.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from bergstream.core.api import cached_njit
 
 __all__ = ["read_double", "read_long"]
 
@@ -44,7 +46,7 @@ _MIN_NORMAL = 2.2250738585072014e-308
 _UNKNOWN = 2
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _mul64(a: np.uint64, b: np.uint64) -> tuple[np.uint64, np.uint64]:
     """The 128-bit product of two uint64 as (high, low)."""
     a_lo = a & _M32
@@ -61,7 +63,7 @@ def _mul64(a: np.uint64, b: np.uint64) -> tuple[np.uint64, np.uint64]:
     return high, low
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _mul_pow5(x: np.uint64, k: int) -> tuple[np.uint64, np.uint64, bool]:
     """``x * 5**k`` as (high, low) and whether it fits 128 bits."""
     ph, pl = _mul64(x, _POW5_LO[k])
@@ -70,7 +72,7 @@ def _mul_pow5(x: np.uint64, k: int) -> tuple[np.uint64, np.uint64, bool]:
     return high, pl, qh == _U64_0 and high >= ph
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _bits64(word: np.uint64) -> int:
     n = 0
     while word != _U64_0:
@@ -79,12 +81,12 @@ def _bits64(word: np.uint64) -> int:
     return n
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _bits128(high: np.uint64, low: np.uint64) -> int:
     return 64 + _bits64(high) if high != _U64_0 else _bits64(low)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _shl(high: np.uint64, low: np.uint64, s: int) -> tuple[np.uint64, np.uint64]:
     """``(high, low) << s`` for 0 <= s < 128 (the caller checked the result fits)."""
     if s == 0:
@@ -94,7 +96,7 @@ def _shl(high: np.uint64, low: np.uint64, s: int) -> tuple[np.uint64, np.uint64]
     return (high << np.uint64(s)) | (low >> np.uint64(64 - s)), low << np.uint64(s)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _cmp128(ah: np.uint64, al: np.uint64, bh: np.uint64, bl: np.uint64) -> int:
     if ah != bh:
         return 1 if ah > bh else -1
@@ -103,7 +105,7 @@ def _cmp128(ah: np.uint64, al: np.uint64, bh: np.uint64, bl: np.uint64) -> int:
     return 0
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _compare(d: int, p: int, b: int, f: int) -> int:
     """The sign of ``d * 10**p - b * 2**f`` (d >= 0, 0 < b < 2**56), or 2 when 128 bits do not
     suffice to tell."""
@@ -144,7 +146,7 @@ def _compare(d: int, p: int, b: int, f: int) -> int:
     return _cmp128(dh, dl, rh, rl)
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _exact(m: int, q: int, cell: np.ndarray, cell_bits: np.ndarray) -> tuple[bool, float]:
     """``m * 10**q`` (16 or more digits, or beyond the fast path) read exactly, and whether its
     text of ``m``'s digits is the shortest and nearest one of that float (``cell``: see
@@ -199,7 +201,7 @@ def _exact(m: int, q: int, cell: np.ndarray, cell_bits: np.ndarray) -> tuple[boo
     return False, 0.0
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def read_double(
     buf: np.ndarray, start: int, end: int, scratch: np.ndarray, cell: np.ndarray,
     cell_bits: np.ndarray,
@@ -347,7 +349,7 @@ def read_double(
     return True, -value if negative else value
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def read_long(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
     """The canonical integer token at ``pos`` (``-?(0|[1-9][0-9]*)`` in the int64 range, not
     ``-0``, followed by none of ``.eE`` or a digit): its value and the position after it

@@ -12,21 +12,23 @@ interval. A double whose digits are an integer below ``2**53`` is written direct
 doubles are not written here: :func:`write_double` returns -1 and the caller writes them the
 slow way.
 
-Inlined into :mod:`.encode_kernel`, whose numba cache is keyed on its own file only: after
-changing this module, touch ``json_encode_kernel.py`` too.
+Inlined into :mod:`.encode_kernel`. The kernels that inline these are compiled with ``cached_njit``
+(:mod:`bergstream.core.kernel_cache`): their on-disk caches are keyed on this module's source
+too, so changing it recompiles them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import types
 from numba.core.base import BaseContext
 from numba.core.typing.templates import Signature
 from numba.extending import intrinsic
+
+from bergstream.core.api import cached_njit
 
 __all__ = ["G_K_MIN", "g_table", "write_double", "write_long"]
 
@@ -92,7 +94,7 @@ def _mul_high(
     return types.uint64(types.uint64, types.uint64), codegen
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _rop(g1: np.uint64, g0: np.uint64, cp: np.uint64) -> int:
     """``g * cp / 2**127`` rounded to odd (g = g1 * 2**63 + g0)."""
     x1 = _mul_high(g0, cp)
@@ -103,25 +105,25 @@ def _rop(g1: np.uint64, g0: np.uint64, cp: np.uint64) -> int:
     return np.int64(vbp | (((z & _M63) + _M63) >> _U63))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _flog10pow2(q: int) -> int:
     """``floor(q * log10(2))`` for |q| <= 5000 (checked against exact values in the tests)."""
     return (q * 661_971_961_083) >> 41
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _flog10_three_quarters_pow2(q: int) -> int:
     """``floor(log10(3/4 * 2**q))`` for |q| <= 5000."""
     return (q * 661_971_961_083 - 274_743_187_321) >> 41
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _flog2pow10(e: int) -> int:
     """``floor(e * log2(10))`` for |e| <= 1500."""
     return (e * 913_124_641_741) >> 38
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _digits(c: int, q: int) -> tuple[int, int]:
     """The shortest decimal ``f * 10**e`` of the normal double ``c * 2**q`` (nearest, ties
     to even): (f, e); ``f`` may end with zeros."""
@@ -160,7 +162,7 @@ def _digits(c: int, q: int) -> tuple[int, int]:
     return (s if cmp < 0 or (cmp == 0 and (s & 1) == 0) else t), k
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _put_uint(out: np.ndarray, pos: int, value: int, count: int) -> int:
     """Write the ``count`` decimal digits of ``value`` (>= 0, zero-padded) at ``pos``."""
     rest = np.uint64(value)
@@ -176,14 +178,14 @@ def _put_uint(out: np.ndarray, pos: int, value: int, count: int) -> int:
     return pos + count
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _put_bytes(out: np.ndarray, pos: int, text: np.ndarray) -> int:
     for i in range(text.size):
         out[pos + i] = text[i]
     return pos + text.size
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _count_digits(value: int) -> int:
     """The decimal digits of ``value`` (>= 0)."""
     n = 1
@@ -192,7 +194,7 @@ def _count_digits(value: int) -> int:
     return n
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def write_long(out: np.ndarray, pos: int, value: int) -> int:
     """Write an int64 in decimal at ``pos`` (20 bytes of room); the position after it."""
     if value < 0:
@@ -204,7 +206,7 @@ def write_long(out: np.ndarray, pos: int, value: int) -> int:
     return _put_uint(out, pos, value, _count_digits(value))
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def write_double(out: np.ndarray, pos: int, bits: int) -> int:
     """Write the double of raw ``bits`` as ``repr`` does (``NaN``, ``Infinity`` and
     ``-Infinity`` as the json module writes them) at ``pos`` (24 bytes of room); the position

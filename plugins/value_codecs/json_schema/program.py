@@ -19,9 +19,9 @@ from json.encoder import encode_basestring  # type: ignore[attr-defined]
 import numpy as np
 import pyarrow as pa
 
-from bergstream.plugins.value_codecs.shared import arena_layout as ops
 from bergstream.plugins.value_codecs.json_schema import decode_kernel as k
 from bergstream.plugins.value_codecs.json_schema.types import JsonNode
+from bergstream.plugins.value_codecs.shared import arena_layout as ops
 from bergstream.plugins.value_codecs.shared.arena_columns import (
     ArenaColumns,
     Arenas,

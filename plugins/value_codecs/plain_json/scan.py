@@ -17,15 +17,15 @@ worded by that path). Skeletons are compared byte for byte, not only by hash.
 
 The helpers take raw pointers, not arrays: numba counts references to an array argument at
 every call (two atomic operations), which took most of the time of a row of small values.
-The numba cache is keyed on this file only: after changing :func:`..shared.kernel_read.utf8_ok`,
-touch this file too.
+Compiled with ``cached_njit`` (:mod:`bergstream.core.kernel_cache`): its on-disk cache is keyed
+on the source of this file and of every module it imports, so it is recompiled after any of
+them changes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -33,6 +33,7 @@ from numba.core.base import BaseContext
 from numba.core.typing.templates import Signature
 from numba.extending import intrinsic
 
+from bergstream.core.api import cached_njit
 from bergstream.plugins.value_codecs.shared.kernel_read import utf8_ok
 
 __all__ = ["MAX_DEPTH", "MAX_ROW", "NULL_ROW", "SLOW_ROW", "scan_skeletons"]
@@ -137,7 +138,7 @@ def _low_zeros(typingctx: object, value: types.Type) -> tuple[Signature, Callabl
     return types.uint64(types.uint64), codegen
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _high_bit(p: types.CPointer, pos: int, end: int) -> bool:
     """Whether a byte of ``p[pos:end]`` is above 0x7F."""
     words = np.uint64(0)
@@ -150,7 +151,7 @@ def _high_bit(p: types.CPointer, pos: int, end: int) -> bool:
     return (words & _HIGH) != 0
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _ws(p: types.CPointer, pos: int, end: int) -> int:
     """The position of the first byte at or after ``pos`` that is not JSON whitespace."""
     while pos < end:
@@ -161,7 +162,7 @@ def _ws(p: types.CPointer, pos: int, end: int) -> int:
     return pos
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _hex(c: int) -> bool:
     return (0x30 <= c <= 0x39) or (0x41 <= c <= 0x46) or (0x61 <= c <= 0x66)
 
@@ -171,7 +172,7 @@ _ESCAPES_LOW = np.uint64(sum(1 << c for c in b'"/'))
 _ESCAPES_HIGH = np.uint64(sum(1 << (c - 64) for c in b"\\bfnrt"))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _escapes(c: int) -> bool:
     """Whether ``\\`` then ``c`` is a two-byte escape."""
     if c < 64:
@@ -181,7 +182,7 @@ def _escapes(c: int) -> bool:
     return False
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _string_end(p: types.CPointer, pos: int, end: int) -> int:
     """Where the string whose opening quote is at ``pos`` ends (just past its closing quote);
     -1 if it is not a valid JSON string (a raw control character, a bad escape, no end).
@@ -224,7 +225,7 @@ def _string_end(p: types.CPointer, pos: int, end: int) -> int:
             i += 1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _digits_end(p: types.CPointer, i: int, end: int) -> int:
     """The end of the run of ASCII digits at ``i`` (no byte of the row is above 0xF4: it is
     ASCII or valid UTF-8, so adding 6 to a byte carries into no other)."""
@@ -242,7 +243,7 @@ def _digits_end(p: types.CPointer, i: int, end: int) -> int:
     return i
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _fits_long(p: types.CPointer, first: int, negative: bool) -> bool:
     """Whether the 19 digits at ``first`` are at most 2**63 - 1 (2**63 when ``negative``)."""
     tail = np.uint64(p[first + 16]) | (np.uint64(p[first + 17]) << np.uint64(8))
@@ -258,7 +259,7 @@ def _fits_long(p: types.CPointer, first: int, negative: bool) -> bool:
     return True
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _number(p: types.CPointer, pos: int, end: int) -> tuple[int, int]:
     """The end of the JSON number at ``pos`` (-1: not a valid one, or an integer literal
     Python may refuse to convert) and its tag: ``i`` for an integer literal within 64 bits,
@@ -305,7 +306,7 @@ def _number(p: types.CPointer, pos: int, end: int) -> tuple[int, int]:
     return i, 0x69
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _spells(p: types.CPointer, pos: int, end: int, word: np.uint64, size: int) -> bool:
     """Whether the ``size`` (1 to 8) bytes at ``pos`` are those of ``word`` (little-endian,
     zero above them)."""
@@ -319,7 +320,7 @@ def _spells(p: types.CPointer, pos: int, end: int, word: np.uint64, size: int) -
     return got == word
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _value(p: types.CPointer, pos: int, end: int) -> tuple[int, int]:
     """The end of the value at ``pos`` (``pos < end``; just past ``{`` or ``[`` for a
     container; -1: not a valid value) and its tag."""
@@ -339,7 +340,7 @@ def _value(p: types.CPointer, pos: int, end: int) -> tuple[int, int]:
     return -1, 0
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _equal(a: types.CPointer, b: types.CPointer, size: int) -> bool:
     """Whether the ``size`` bytes at ``a`` and ``b`` are equal."""
     k = 0
@@ -354,7 +355,7 @@ def _equal(a: types.CPointer, b: types.CPointer, size: int) -> bool:
     return True
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _skeleton(
     p: types.CPointer,
     pos: int,
@@ -477,7 +478,7 @@ def _skeleton(
                 return -1, 0
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _hash(out: types.CPointer, size: int) -> np.uint64:
     """A hash of the ``size`` bytes at ``out``, 8 at a time (zero-padded past ``size``)."""
     h = _SEED ^ np.uint64(size)
@@ -490,7 +491,7 @@ def _hash(out: types.CPointer, size: int) -> np.uint64:
 _SLOTS = 8  # children per trie node: one per value tag
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _slot(tag: int) -> int:
     """The child of a trie node that follows a value of ``tag``."""
     if tag == 0x73:
@@ -508,7 +509,7 @@ def _slot(tag: int) -> int:
     return 6
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _literal_at(lits: types.CPointer, size: int, p: types.CPointer, pos: int, end: int) -> bool:
     """Whether ``p`` holds the ``size`` bytes at ``lits`` at ``pos`` (before ``end``; ``lits``
     has 8 bytes to spare past every literal)."""
@@ -521,7 +522,7 @@ def _literal_at(lits: types.CPointer, size: int, p: types.CPointer, pos: int, en
     return _equal(lits, _at(p, pos), size)
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _walk(
     p: types.CPointer,
     pos: int,
@@ -555,7 +556,7 @@ def _walk(
         node = candidate
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _insert(
     p: types.CPointer,
     start: int,
@@ -622,14 +623,14 @@ _MAX_NODES = 1 << 16
 _MAX_LITERALS = 1 << 20
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _alive(*arrays: np.ndarray) -> int:
     """0; a use of ``arrays`` that keeps them (and so the pointers into them) alive up to
     here: numba frees an array right after its last use that it can see."""
     return 0
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def scan_skeletons(
     data: np.ndarray, offsets: np.ndarray, valid: np.ndarray, max_skeletons: int
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -12,16 +12,17 @@ only upb can say whether it holds), timestamps and durations are exact microseco
 range. Every other row is marked for the upb path (its columns rolled back and filled as a null
 row), which gives its value, ``keep_bytes`` and error exactly as before.
 
-The kernel's numba cache is keyed on this file only: after changing :mod:`..shared.kernel_read` or
-:mod:`..shared.arena_kernel`, touch this file so it is recompiled.
+Compiled with ``cached_njit`` (:mod:`bergstream.core.kernel_cache`): its on-disk cache is keyed
+on the source of this file and of every module it imports, so it is recompiled after any of
+them changes.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pyarrow as pa
 
+from bergstream.core.api import cached_njit, read_varint
 from bergstream.plugins.value_codecs.protobuf.program import (
     OP_AGAIN,
     OP_BEGIN,
@@ -64,9 +65,8 @@ from bergstream.plugins.value_codecs.shared.arena_kernel import (
     append_pads,
     append_string,
     append_valid,
-    copy_lengths,
+    end_row,
     end_string,
-    null_row,
     string_room,
 )
 from bergstream.plugins.value_codecs.shared.kernel_read import (
@@ -86,35 +86,17 @@ _MAX_SECONDS = (2**63 - 1) // 1_000_000 - 1
 _FAIL = -1  # a position: the row is not provably canonical
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _varint(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
     """The unsigned varint at ``pos`` (as int64 bits) and the next position, or ``_FAIL`` if it
     is truncated, longer than 64 bits or not minimal."""
-    if pos >= end:
-        return 0, _FAIL
-    byte = np.int64(buf[pos])
-    if byte < 0x80:
-        return byte, pos + 1
-    raw = byte & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        if pos >= end or shift > 63:
-            return 0, _FAIL
-        byte = np.int64(buf[pos])
-        pos += 1
-        if shift == 63 and byte > 1:
-            return 0, _FAIL
-        raw |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            break
-        shift += 7
-    if byte == 0:
+    raw, pos, flags = read_varint(buf, pos, end)
+    if pos < 0 or flags != 0:
         return 0, _FAIL
     return raw, pos
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _match(buf: np.ndarray, pos: int, end: int, tag: int) -> int:
     """The position after ``tag`` if the next field has it (minimal), else -1."""
     if pos >= end:
@@ -125,7 +107,7 @@ def _match(buf: np.ndarray, pos: int, end: int, tag: int) -> int:
     return after if after >= 0 and value == tag else -1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _value(
     conv: int, buf: np.ndarray, pos: int, end: int, implicit: int, col: int, data: int,
     efirst: int, ecount: int, enum_numbers: np.ndarray, symbol_offsets: np.ndarray,
@@ -252,7 +234,7 @@ def _value(
     return pos, -1
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def decode_rows(
     buf: np.ndarray, offsets: np.ndarray, skip: int, start_row: int,
     code: np.ndarray, pads: np.ndarray, aux: np.ndarray, enum_numbers: np.ndarray,
@@ -432,19 +414,13 @@ def decode_rows(
                 if pos != end:
                     ok = False
                 break
-        if over >= 0:
-            copy_lengths(saved, clen)
-            return OVERFLOW, row, over
-        if ok:
-            slow[row] = 0
-            continue
-        over = null_row(
-            saved, pads, root_pad_first, root_pad_count, symbol_offsets, symbol_data,
-            a64, a32, a8, cbase, ccap, clen,
+        over = end_row(
+            over, not ok, saved, pads, root_pad_first, root_pad_count, symbol_offsets,
+            symbol_data, a64, a32, a8, cbase, ccap, clen,
         )  # fmt: skip
         if over >= 0:
             return OVERFLOW, row, over
-        slow[row] = 1
+        slow[row] = 0 if ok else 1
     return DONE, rows, -1
 
 

@@ -16,22 +16,23 @@ that is neither a name nor a canonical int32 (or names no value of a closed enum
 ``uint32`` / ``fixed32`` out of range, a ``uint64`` / ``fixed64`` decimal out of range, a
 string that is not UTF-8. upb then gives exactly what it gave before (or raises the same way).
 
-The kernel's numba cache is keyed on this file only: after changing :mod:`..shared.kernel_read` or
-:mod:`..shared.kernel_write`, touch this file so it is recompiled.
+Compiled with ``cached_njit`` (:mod:`bergstream.core.kernel_cache`): its on-disk cache is keyed
+on the source of this file and of every module it imports, so it is recompiled after any of
+them changes.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from bergstream.core.api import cached_njit, put_varint, put_zigzag, varint_size
 from bergstream.plugins.value_codecs.shared.kernel_read import (
     copy_bytes,
     equal_bytes,
     high_bit_set,
     utf8_ok,
 )
-from bergstream.plugins.value_codecs.shared.kernel_write import grow, put_le, put_varint, put_zigzag
+from bergstream.plugins.value_codecs.shared.kernel_write import grow, put_le
 
 __all__ = [
     "C_BOOL",
@@ -94,17 +95,7 @@ _MICROS = 1_000_000
 _ROOM = 64  # bytes an op writes at most, besides the bytes of a string
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _varint_size(value: int) -> int:
-    """Bytes of the varint of a non-negative ``value``."""
-    size = 1
-    while value >= 0x80:
-        value >>= 7
-        size += 1
-    return size
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _close(out: np.ndarray, pos: int, mark: int) -> int:
     """End the length-delimited body after the one-byte placeholder at ``mark``: write its
     length there, moving the body right if the length needs more bytes (room for 9 more
@@ -113,14 +104,14 @@ def _close(out: np.ndarray, pos: int, mark: int) -> int:
     if length < 0x80:
         out[mark] = length
         return pos
-    extra = _varint_size(length) - 1
+    extra = varint_size(length) - 1
     for i in range(pos - 1, mark, -1):
         out[i + extra] = out[i]
     put_varint(out, mark, length)
     return pos + extra
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _enum_number(
     a8: np.ndarray, start: int, length: int, etab: np.ndarray, at: int, name_data: np.ndarray
 ) -> tuple[int, bool]:
@@ -160,7 +151,7 @@ def _enum_number(
     return number, True
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def encode_rows(
     rows: int, code: np.ndarray, aux: np.ndarray, etab: np.ndarray, name_data: np.ndarray,
     a64: np.ndarray, a32: np.ndarray, a8: np.ndarray, cbase: np.ndarray,

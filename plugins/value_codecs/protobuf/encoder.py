@@ -41,6 +41,7 @@ from bergstream.plugins.value_codecs.protobuf.types import (
     is_optional,
     message_kind,
 )
+from bergstream.plugins.value_codecs.shared.flatten import bits, pack, strings, window
 
 __all__ = [
     "Column",
@@ -53,7 +54,6 @@ __all__ = [
 
 F = FieldDescriptor
 A64, A32, A8 = 0, 1, 2
-_DTYPES = {A64: np.int64, A32: np.int32, A8: np.uint8}
 _VARINT, _I64, _LEN, _START, _END, _I32 = 0, 1, 2, 3, 4, 5
 
 #: field type -> (conversion, wire type, column kind)
@@ -319,22 +319,6 @@ class _Refused(Exception):
     """A batch the kernel does not take (a null where the type has none)."""
 
 
-def _bits(bitmap: pa.Buffer | None, offset: int, length: int) -> np.ndarray:
-    """A bitmap as one uint8 (0 or 1) per entry; all ones when there is no bitmap."""
-    if bitmap is None:
-        return np.ones(length, dtype=np.uint8)
-    first = offset // 8
-    last = (offset + length + 7) // 8
-    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8)[first:last], bitorder="little")
-    return bits[offset - 8 * first : offset - 8 * first + length]
-
-
-def _window(buffer: pa.Buffer | None, dtype: type, start: int, count: int) -> np.ndarray:
-    if buffer is None or count == 0:
-        return np.zeros(count, dtype=dtype)
-    return np.frombuffer(buffer, dtype=dtype)[start : start + count]
-
-
 def _flatten(
     column: Column, array: pa.Array, columns: list[np.ndarray | None], live: np.ndarray | None
 ) -> None:
@@ -344,7 +328,7 @@ def _flatten(
     length = len(array)
     valid = None
     if array.null_count:
-        valid = _bits(array.buffers()[0], array.offset, length)
+        valid = bits(array.buffers()[0], array.offset, length)
         if column.valid < 0:
             dead = valid == 0
             if live is not None:
@@ -373,45 +357,13 @@ def _flatten(
             _flatten(column.children[0], child.field(0), columns, live)
             _flatten(column.children[1], child.field(1), columns, live)
     elif kind in ("string", "binary"):
-        buffers = array.buffers()
-        offsets = _window(buffers[1], np.int64, array.offset, length + 1)
-        start, stop = (int(offsets[0]), int(offsets[-1])) if length else (0, 0)
-        columns[column.col] = offsets - start if length else np.zeros(1, dtype=np.int64)
-        data = buffers[2]
-        columns[column.data] = (np.frombuffer(data, dtype=np.uint8)[start:stop] if data is not None
-                                else np.zeros(0, dtype=np.uint8))  # fmt: skip
+        columns[column.col], columns[column.data] = strings(array)
     elif kind == "bool":
-        columns[column.col] = _bits(array.buffers()[1], array.offset, length)
+        columns[column.col] = bits(array.buffers()[1], array.offset, length)
     else:
         per_value = 2 if kind == "decimal" else 1
-        columns[column.col] = _window(array.buffers()[1], _KINDS[kind][1],
+        columns[column.col] = window(array.buffers()[1], _KINDS[kind][1],
                                       array.offset * per_value, length * per_value)  # fmt: skip
-
-
-def _pack(
-    program: ProtoEncodeProgram, columns: list[np.ndarray | None]
-) -> tuple[list[np.ndarray], np.ndarray]:
-    """The columns concatenated per arena, and each column's base in its arena."""
-    base = np.zeros(len(columns), dtype=np.int64)
-    parts: dict[int, list[np.ndarray]] = {arena: [] for arena in _DTYPES}
-    sizes = dict.fromkeys(_DTYPES, 0)
-    for col, arena in enumerate(program.col_arena):
-        column = columns[col]
-        if column is None:
-            continue
-        base[col] = sizes[arena]
-        sizes[arena] += column.size
-        parts[arena].append(column)
-    arenas = []
-    for arena, dtype in _DTYPES.items():
-        chunks = parts[arena]
-        if not chunks:
-            arenas.append(np.zeros(1, dtype=dtype))
-            continue
-        packed = _pooled(sizes[arena], dtype)
-        np.concatenate(chunks, out=packed, casting="unsafe")
-        arenas.append(packed)
-    return arenas, base
 
 
 def _pooled(count: int, dtype: type) -> np.ndarray:
@@ -464,7 +416,7 @@ class ProtoEncoder:
         rows = len(values)
         columns: list[np.ndarray | None] = [None] * len(program.col_arena)
         _flatten(program.root, values, columns, None)
-        arenas, base = _pack(program, columns)
+        arenas, base = pack(program.col_arena, columns, _pooled)
         out = _pooled(max(64, sum(a.nbytes for a in arenas) + 8 * rows), np.uint8)
         offsets = _pooled(rows + 1, np.int64)
         slow = np.zeros(rows, dtype=np.uint8)

@@ -11,18 +11,16 @@ and are not inlined by numba: LLVM inlines them. Inlined by numba (``inline="alw
 array they take costs a reference count update per call in the kernel's loop (measured: the
 Avro decoder 60% slower).
 
-These functions are called from the kernels of :mod:`..avro.decode_kernel`, :mod:`..json_schema.decode_kernel` and
-:mod:`..protobuf.decode_kernel`, and the statuses are frozen into them; their on-disk numba caches are
-keyed on their own files only: after changing this module, touch those three files too so they
-are recompiled.
-"""
+These functions are called from the decoder kernels of every format (Avro, JSON Schema,
+Protobuf), and the statuses are frozen into them. The kernels that inline these are compiled
+with ``cached_njit`` (:mod:`bergstream.core.kernel_cache`): their on-disk caches are keyed on
+this module's source too, so changing it recompiles them."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from bergstream.core.api import copy_bytes
+from bergstream.core.api import cached_njit, copy_bytes
 from bergstream.plugins.value_codecs.shared.arena_layout import (
     PAD_OFF,
     PAD_SYM,
@@ -40,6 +38,7 @@ __all__ = [
     "append_string",
     "append_valid",
     "copy_lengths",
+    "end_row",
     "end_string",
     "null_row",
     "string_room",
@@ -52,7 +51,7 @@ DONE = 0
 OVERFLOW = 1
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
+@cached_njit(nogil=True, _nrt=False)
 def append_valid(a8: np.ndarray, cbase: np.ndarray, ccap: np.ndarray, clen: np.ndarray,
                  col: int) -> int:  # fmt: skip
     """Append a 1 (the value is there) to the uint8 column ``col`` (base ``cbase``, capacity
@@ -65,7 +64,7 @@ def append_valid(a8: np.ndarray, cbase: np.ndarray, ccap: np.ndarray, clen: np.n
     return -1
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
+@cached_njit(nogil=True, _nrt=False)
 def append_long(a64: np.ndarray, cbase: np.ndarray, ccap: np.ndarray, clen: np.ndarray,
                 col: int, value: int) -> int:  # fmt: skip
     """Append ``value`` to the int64 column ``col``; -1, or ``col`` if it has no room."""
@@ -77,7 +76,7 @@ def append_long(a64: np.ndarray, cbase: np.ndarray, ccap: np.ndarray, clen: np.n
     return -1
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
+@cached_njit(nogil=True, _nrt=False)
 def append_offset(a64: np.ndarray, cbase: np.ndarray, ccap: np.ndarray, clen: np.ndarray,
                   col: int, count: int) -> int:  # fmt: skip
     """Append to the offsets column ``col`` the end of a list of ``count`` items (its last
@@ -91,7 +90,7 @@ def append_offset(a64: np.ndarray, cbase: np.ndarray, ccap: np.ndarray, clen: np
     return -1
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
+@cached_njit(nogil=True, _nrt=False)
 def string_room(ccap: np.ndarray, clen: np.ndarray, col: int, data: int, length: int) -> int:
     """-1 if a string of ``length`` bytes fits (its bytes in the uint8 column ``data``, its end
     offset in the offsets column ``col``), else the column that has no room (``data`` first)."""
@@ -102,7 +101,7 @@ def string_room(ccap: np.ndarray, clen: np.ndarray, col: int, data: int, length:
     return -1
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
+@cached_njit(nogil=True, _nrt=False)
 def end_string(a64: np.ndarray, cbase: np.ndarray, clen: np.ndarray, col: int, data: int,
                length: int) -> None:  # fmt: skip
     """Keep the ``length`` bytes written after the end of column ``data`` (room checked with
@@ -114,7 +113,7 @@ def end_string(a64: np.ndarray, cbase: np.ndarray, clen: np.ndarray, col: int, d
     clen[col] = at + 1
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
+@cached_njit(nogil=True, _nrt=False)
 def append_string(
     a64: np.ndarray, a8: np.ndarray, cbase: np.ndarray, ccap: np.ndarray, clen: np.ndarray,
     col: int, data: int, source: np.ndarray, start: int, length: int,
@@ -129,7 +128,7 @@ def append_string(
     return over
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def append_pads(
     pads: np.ndarray, first: int, count: int, symbol_offsets: np.ndarray,
     symbol_data: np.ndarray, a64: np.ndarray, a32: np.ndarray, a8: np.ndarray,
@@ -169,7 +168,7 @@ def append_pads(
     return -1
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
+@cached_njit(nogil=True, _nrt=False)
 def copy_lengths(source: np.ndarray, target: np.ndarray) -> None:
     """``target[:] = source``: the column lengths at a row's start saved, or restored to roll the
     row back."""
@@ -177,7 +176,7 @@ def copy_lengths(source: np.ndarray, target: np.ndarray) -> None:
         target[c] = source[c]
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def null_row(
     saved: np.ndarray, pads: np.ndarray, first: int, count: int, symbol_offsets: np.ndarray,
     symbol_data: np.ndarray, a64: np.ndarray, a32: np.ndarray, a8: np.ndarray,
@@ -189,4 +188,25 @@ def null_row(
     copy_lengths(saved, clen)
     return append_pads(
         pads, first, count, symbol_offsets, symbol_data, a64, a32, a8, cbase, ccap, clen
+    )
+
+
+@cached_njit(nogil=True)
+def end_row(
+    over: int, failed: bool, saved: np.ndarray, pads: np.ndarray, first: int, count: int,
+    symbol_offsets: np.ndarray, symbol_data: np.ndarray, a64: np.ndarray, a32: np.ndarray,
+    a8: np.ndarray, cbase: np.ndarray, ccap: np.ndarray, clen: np.ndarray,
+) -> int:  # fmt: skip
+    """End the row a decoder kernel walked, whose walk stopped with ``over`` (a column that ran
+    out of room, or negative): -1 when the row is done, kept as walked or (``failed``) rolled
+    back to ``saved`` and filled with the null row (``first``, ``count``: see
+    :func:`append_pads`); else the column that ran out of room, the row rolled back (the kernel
+    stops there with :data:`OVERFLOW`)."""
+    if over >= 0:
+        copy_lengths(saved, clen)
+        return over
+    if not failed:
+        return -1
+    return null_row(
+        saved, pads, first, count, symbol_offsets, symbol_data, a64, a32, a8, cbase, ccap, clen
     )

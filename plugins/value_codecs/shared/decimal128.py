@@ -1,13 +1,15 @@
 """128-bit decimal arithmetic for the kernels, on (high, low) pairs of int64 (numba has no
 int128): magnitudes, unsigned comparisons, precision bounds and canonical byte lengths.
 
-Inlined into both kernels, whose numba caches are keyed on their own files only: after changing
-this module, touch ``decode_kernel.py`` and ``encode_kernel.py`` too."""
+Inlined into the Avro decoder and encoder kernels. The kernels that inline these are compiled
+with ``cached_njit`` (:mod:`bergstream.core.kernel_cache`): their on-disk caches are keyed on
+this module's source too, so changing it recompiles them."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from bergstream.core.api import cached_njit
 
 __all__ = ["POW10", "decimal_length", "fits_precision", "magnitude"]
 
@@ -27,13 +29,13 @@ POW10 = np.array([_pair(10**p) for p in range(39)], dtype=np.int64)
 _SIGN = np.int64(-9223372036854775808)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _ult(a: int, b: int) -> bool:
     """``a < b`` with both read as unsigned 64-bit words."""
     return (a ^ _SIGN) < (b ^ _SIGN)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def magnitude(high: int, low: int) -> tuple[int, int]:
     """The absolute value of a 128-bit two's complement number (high word < 0 only for
     -2**127, whose magnitude does not fit)."""
@@ -44,7 +46,7 @@ def magnitude(high: int, low: int) -> tuple[int, int]:
     return high, low
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def fits_precision(high: int, low: int, precision: int, pow10: np.ndarray) -> bool:
     """Whether the 128-bit value has at most ``precision`` decimal digits."""
     mhigh, mlow = magnitude(high, low)
@@ -56,7 +58,7 @@ def fits_precision(high: int, low: int, precision: int, pow10: np.ndarray) -> bo
     return _ult(mlow, pow10[precision, 1])
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _bit_length(word: int) -> int:
     """Bits needed for a word read as unsigned."""
     if word < 0:
@@ -71,7 +73,7 @@ def _bit_length(word: int) -> int:
     return n
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def decimal_length(high: int, low: int) -> int:
     """Bytes of the canonical Avro ``bytes`` decimal of a 128-bit value: fastavro's (and
     confluent-kafka's) ``(abs(v).bit_length() + 8) // 8``, which equals the minimal two's

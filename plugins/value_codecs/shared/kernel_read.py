@@ -1,20 +1,18 @@
-"""Reading Avro in the decoder kernel (numba): zigzag varints (and whether they are minimal),
-little-endian numbers, UTF-8 validation, big-endian 128-bit decimals, UUID strings, duplicate
-map keys, and copying byte runs (core's ``copy_bytes``, one ``memcpy``, re-exported here; an
-ASCII check a word at a time: a loop over single bytes takes most of the kernel's time on
-string-heavy values).
+"""Reading payloads in the kernels (numba): little-endian numbers, UTF-8 validation, big-endian
+128-bit decimals, UUID strings, duplicate map keys, and copying byte runs (core's
+``copy_bytes``, one ``memcpy``, re-exported here; an ASCII check a word at a time: a loop over
+single bytes takes most of the kernel's time on string-heavy values).
 
-These functions are inlined into :func:`..avro.decode_kernel.decode_rows` and the other kernels
-(``json_kernel.py``, ``protobuf_kernel.py``, ``arena_kernel.py``, ``encode_kernel.py``,
-``json_encode_kernel.py``, ``protobuf_encode_kernel.py``), whose on-disk numba caches are keyed
-on their own files only: after changing this module, also touch those files (or remove their
-``__pycache__`` entries) so the kernels are recompiled."""
+These functions are inlined into (or called from) every kernel of the value codecs: the
+Avro, JSON Schema and Protobuf decoders and encoders, the arena helpers and the plain JSON
+scanner. The kernels that inline these are compiled with ``cached_njit``
+(:mod:`bergstream.core.kernel_cache`): their on-disk caches are keyed on this module's source
+too, so changing it recompiles them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -22,8 +20,7 @@ from numba.core.base import BaseContext
 from numba.core.typing.templates import Signature
 from numba.extending import intrinsic
 
-from bergstream.core.api import copy_bytes
-from bergstream.plugins.value_codecs.avro.ops import ERR_TRUNCATED, ERR_VARINT
+from bergstream.core.api import cached_njit, copy_bytes
 
 __all__ = [
     "copy_bytes",
@@ -34,35 +31,8 @@ __all__ = [
     "read_be128",
     "read_le",
     "read_uuid",
-    "read_varint",
     "utf8_ok",
 ]
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def read_varint(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, bool]:
-    """The zigzag varint at ``pos``: value, next position (``-code`` on error), whether its
-    encoding is longer than needed."""
-    if pos >= end:
-        return 0, -ERR_TRUNCATED, False
-    byte = np.int64(buf[pos])
-    if byte < 0x80:
-        return (byte >> 1) ^ -(byte & 1), pos + 1, False
-    raw = byte & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        if pos >= end:
-            return 0, -ERR_TRUNCATED, False
-        byte = np.int64(buf[pos])
-        pos += 1
-        if shift == 63 and byte > 1:
-            return 0, -ERR_VARINT, False
-        raw |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            break
-        shift += 7
-    return ((raw >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(raw & 1), pos, byte == 0
 
 
 def _contiguous_bytes(array: types.Type) -> bool:
@@ -91,7 +61,7 @@ def load_word(
 _HIGH_BITS = np.int64(-0x7F7F7F7F7F7F7F80)  # 0x8080808080808080
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def high_bit_set(buf: np.ndarray, pos: int, length: int) -> bool:
     """Whether a byte of ``buf[pos : pos + length]`` is above 0x7F (8 bytes at a time)."""
     if length < 8:
@@ -107,7 +77,7 @@ def high_bit_set(buf: np.ndarray, pos: int, length: int) -> bool:
     return (words & _HIGH_BITS) != 0
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def read_le(buf: np.ndarray, pos: int, size: int) -> int:
     """The little-endian integer of ``size`` (4 or 8) bytes at ``pos``, sign-extended."""
     value = np.int64(0)
@@ -118,7 +88,7 @@ def read_le(buf: np.ndarray, pos: int, size: int) -> int:
     return value
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def utf8_ok(buf: np.ndarray, pos: int, end: int) -> bool:
     """Whether ``buf[pos:end]`` is well-formed UTF-8 (no overlong forms, surrogates or code
     points above U+10FFFF), as Python's strict decoder requires."""
@@ -151,7 +121,7 @@ def utf8_ok(buf: np.ndarray, pos: int, end: int) -> bool:
     return True
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def read_be128(buf: np.ndarray, pos: int, size: int) -> tuple[int, int, bool]:
     """The big-endian two's complement integer of ``size`` bytes as (high, low) words, and
     whether it fits 128 bits."""
@@ -176,7 +146,7 @@ def read_be128(buf: np.ndarray, pos: int, size: int) -> tuple[int, int, bool]:
     return high, low, True
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _hex(byte: int) -> int:
     """A hex digit's value (16 + value for an uppercase letter), -1 if not a hex digit."""
     if 48 <= byte <= 57:
@@ -191,7 +161,7 @@ def _hex(byte: int) -> int:
 _URN = np.frombuffer(b"urn:uuid:", dtype=np.uint8)
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def read_uuid(buf: np.ndarray, pos: int, length: int, out: np.ndarray, at: int) -> int:
     """Parse the UUID string of ``length`` bytes at ``pos`` into ``out[at:at+16]``: 0 if it is
     canonical (36 lowercase characters, hyphens at 8, 13, 18, 23), 1 if it is another form
@@ -237,7 +207,7 @@ def read_uuid(buf: np.ndarray, pos: int, length: int, out: np.ndarray, at: int) 
 
 
 # Not inlined by numba, and no reference counting: see :mod:`.arena_kernel`.
-@numba.njit(cache=True, nogil=True, _nrt=False)
+@cached_njit(nogil=True, _nrt=False)
 def equal_bytes(a: np.ndarray, a_at: int, b: np.ndarray, b_at: int, length: int) -> bool:
     """Whether ``a[a_at : a_at + length]`` and ``b[b_at : b_at + length]`` are the same bytes."""
     i = 0
@@ -246,7 +216,7 @@ def equal_bytes(a: np.ndarray, a_at: int, b: np.ndarray, b_at: int, length: int)
     return i == length
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def mark_duplicates(
     a64: np.ndarray, a8: np.ndarray, cbase: np.ndarray, offsets_col: int, data_col: int,
     first: int, last: int, flags: np.ndarray,
