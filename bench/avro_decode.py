@@ -26,7 +26,7 @@ import fastavro
 import pyarrow as pa
 
 from bergstream.core.api import RegisteredSchema
-from bergstream.plugins.value_codecs.codec import AvroCodec
+from bergstream.plugins.value_codecs.avro.codec import AvroCodec
 
 FIELDS: list[dict[str, Any]] = (
     [{"name": f"text{i}", "type": "string"} for i in range(7)]

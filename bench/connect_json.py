@@ -37,8 +37,8 @@ from bergstream.core.api import (
     TypedRows,
     build_layout_of_shapes,
 )
-from bergstream.plugins.value_codecs.connect_json_codec import ConnectJsonCodec
-from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
+from bergstream.plugins.value_codecs.connect_json.codec import ConnectJsonCodec
+from bergstream.plugins.value_codecs.plain_json.codec import PlainJsonCodec
 
 
 def _field(field: str, type_: str, optional: bool = True, **more: Any) -> dict[str, Any]:

@@ -32,9 +32,9 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
 from bergstream.core.api import RegisteredSchema, ValueCodec
-from bergstream.plugins.value_codecs.json_codec import JsonSchemaCodec
-from bergstream.plugins.value_codecs.protobuf_codec import ProtobufCodec
-from bergstream.plugins.value_codecs.protobuf_schema import (
+from bergstream.plugins.value_codecs.json_schema.codec import JsonSchemaCodec
+from bergstream.plugins.value_codecs.protobuf.codec import ProtobufCodec
+from bergstream.plugins.value_codecs.protobuf.schema import (
     build_pool,
     load_proto_schema,
     message_at,

@@ -37,7 +37,7 @@ from bergstream.core.records import BatchInfo, Record, build_batch
 from bergstream.plugins.isk_gateway.files.hotset_layout import parquet_layout
 from bergstream.plugins.isk_gateway.files.synthesis import records_to_table
 from bergstream.plugins.isk_gateway.files.typed_topic import TypedTopic, layout_digest
-from bergstream.plugins.value_codecs.codec import AvroCodec
+from bergstream.plugins.value_codecs.avro.codec import AvroCodec
 
 SCHEMA = {
     "type": "record",

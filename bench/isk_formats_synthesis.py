@@ -58,7 +58,7 @@ from bergstream.core.records import BatchInfo, Record, build_batch
 from bergstream.plugins.isk_gateway.files.hotset_layout import parquet_layout
 from bergstream.plugins.isk_gateway.files.synthesis import records_to_table
 from bergstream.plugins.isk_gateway.files.typed_topic import TypedTopic, layout_digest
-from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
+from bergstream.plugins.value_codecs.plain_json.codec import PlainJsonCodec
 
 SCHEMA_ID = 7
 GOAL_MB_PER_CPU_S = 150

@@ -82,8 +82,8 @@ from bergstream.plugins.ksi_fetch_filter.planner import FetchAsk, plan_fetch
 from bergstream.plugins.ksi_fetch_filter.segments import read_row_group_slices
 from bergstream.plugins.ksi_fetch_filter.store import ColdStore
 from bergstream.plugins.ksi_fetch_filter.typed import TypedTables
-from bergstream.plugins.value_codecs.codec import AvroCodec
-from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
+from bergstream.plugins.value_codecs.avro.codec import AvroCodec
+from bergstream.plugins.value_codecs.plain_json.codec import PlainJsonCodec
 
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
 

@@ -16,6 +16,7 @@ from .backends import (
     SnapshotRecord,
     ValueCodec,
 )
+from .byte_copy import copy_bytes
 from .choices import (
     CacheBackendChoice,
     ChoiceError,
@@ -60,6 +61,7 @@ from .kafka_sasl import (
 from .kafka_wire import record_batch
 from .kafka_wire.api_keys import ApiKey
 from .kafka_wire.crc import crc32c
+from .kernel_cache import cached_njit
 from .lake import (
     LakeConfig,
     LakeConfigError,
@@ -203,6 +205,7 @@ from .typed_rows import (
     report_undecodable,
     split_framing,
 )
+from .varints import put_varint, put_zigzag, read_varint, unzigzag, varint_size, zigzag
 
 __all__ = [
     "API_VERSION",
@@ -337,12 +340,13 @@ __all__ = [
     "build_layout_of_shapes",
     "build_request",
     "build_response",
+    "cached_njit",
     "check_id",
     "check_schema",
     "choice_settings",
     "chunk",
     "component_log",
-    "copy_bytes",  # noqa: F822 - imported on first use (module __getattr__)
+    "copy_bytes",
     "crc32c",
     "deleted_positions",
     "field_entity_type",
@@ -363,8 +367,11 @@ __all__ = [
     "parse_boundary",
     "position_deletes_table",
     "project_array",
+    "put_varint",
+    "put_zigzag",
     "read_records",
     "read_state_snapshot",
+    "read_varint",
     "record_batch",
     "reduce_changes",
     "rejected_layout",
@@ -387,16 +394,9 @@ __all__ = [
     "state_layout",
     "table_boundary",
     "undecodable_reasons",
+    "unzigzag",
+    "varint_size",
     "wire_round_trip",
     "with_header",
+    "zigzag",
 ]
-
-
-def __getattr__(name: str) -> object:
-    """``copy_bytes`` (:mod:`bergstream.core.byte_copy`), imported on first use: it imports
-    numba, which importing core must not."""
-    if name == "copy_bytes":
-        from .byte_copy import copy_bytes
-
-        return copy_bytes
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -328,6 +328,7 @@ class StateChanges:
     #: row after a truncate): what the delete file of the commit names.
     removed: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
+
 _UPSERT, _DELETE, _TRUNCATE, _IGNORE, _REJECT = range(5)
 
 

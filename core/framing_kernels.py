@@ -4,14 +4,14 @@ on disk; imported lazily so importing core never compiles anything)."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from bergstream.core.byte_copy import copy_bytes
+from bergstream.core.kernel_cache import cached_njit
 
 __all__ = ["add_headers", "frame_ids", "strip_headers"]
 
 
-@njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def frame_ids(
     data: np.ndarray,
     offsets: np.ndarray,
@@ -39,7 +39,7 @@ def frame_ids(
             ids[row] = -1
 
 
-@njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def strip_headers(
     data: np.ndarray,
     offsets: np.ndarray,
@@ -62,7 +62,7 @@ def strip_headers(
         out_offsets[index + 1] = position
 
 
-@njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def add_headers(
     data: np.ndarray,
     offsets: np.ndarray,

@@ -78,9 +78,7 @@ def _declare(
         assert shape_codec is not None
         side = layout.key if key else layout.value
         columns = side_columns(layout, side, key)
-        found = shape_codec.shapes(
-            batch, columns, side_codecs.subject, window=window, telling=True
-        )
+        found = shape_codec.shapes(batch, columns, side_codecs.subject, window=window, telling=True)
         declared[side_codecs.subject] = _numbered(found.schemas)
     return declared
 

@@ -16,10 +16,17 @@ layout constants are frozen in.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from bergstream.core.api import LOG_APPEND_TIME, copy_bytes, record_batch
+from bergstream.core.api import (
+    LOG_APPEND_TIME,
+    cached_njit,
+    copy_bytes,
+    put_zigzag,
+    record_batch,
+    varint_size,
+    zigzag,
+)
 
 ATTRIBUTES_OFFSET = record_batch.ATTRIBUTES_OFFSET
 BASE_OFFSET_OFFSET = record_batch.BASE_OFFSET_OFFSET
@@ -66,33 +73,19 @@ RECORD_OVERHEAD = 24
 HEADER_OVERHEAD = 4
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _varint_size(value: int) -> int:
     """Bytes of the zigzag varint of ``value``."""
-    raw = (value << 1) ^ (value >> 63)
-    size = 1
-    raw = (raw >> 7) & 0x01FFFFFFFFFFFFFF  # logical shift of the 64 bits
-    while raw != 0:
-        size += 1
-        raw >>= 7
-    return size
+    return varint_size(zigzag(value))
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _put_varint(out: np.ndarray, at: int, value: int) -> int:
     """Write the zigzag varint of ``value`` at ``at``; the position after it."""
-    raw = (value << 1) ^ (value >> 63)
-    while True:
-        low = raw & 0x7F
-        raw = (raw >> 7) & 0x01FFFFFFFFFFFFFF
-        if raw == 0:
-            out[at] = low
-            return at + 1
-        out[at] = low | 0x80
-        at += 1
+    return put_zigzag(out, at, value)
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _timestamps(timestamp: int, base: int, most: int) -> tuple[int, int, int]:
     """The batch's base and max timestamps after one more record, and that record's delta, as
     aiokafka's compiled builder (the reference) sets them: it takes a base timestamp of -1 for
@@ -103,14 +96,14 @@ def _timestamps(timestamp: int, base: int, most: int) -> tuple[int, int, int]:
     return base, max(most, timestamp), timestamp - base
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _put_int(out: np.ndarray, at: int, value: int, size: int) -> None:
     """Write the low ``size`` bytes of ``value`` big-endian at ``at``."""
     for i in range(size):
         out[at + size - 1 - i] = (value >> (8 * i)) & 0xFF
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _put_field(
     out: np.ndarray, at: int, data: np.ndarray, start: int, length: int, valid: bool
 ) -> int:
@@ -124,7 +117,7 @@ def _put_field(
     return at + length
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _field_size(length: int, valid: bool) -> int:
     """Bytes of a length-prefixed field of ``length`` bytes (null when not ``valid``)."""
     if not valid:
@@ -132,7 +125,7 @@ def _field_size(length: int, valid: bool) -> int:
     return _varint_size(length) + length
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _body_size(
     row: int, first: int, timestamp_delta: int, offsets: np.ndarray,
     key_offsets: np.ndarray, key_valid: np.ndarray,
@@ -156,7 +149,7 @@ def _body_size(
     return size
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _estimate(
     row: int, key_offsets: np.ndarray, key_valid: np.ndarray, value_offsets: np.ndarray,
     value_valid: np.ndarray, header_rows: np.ndarray, header_key_offsets: np.ndarray,
@@ -175,7 +168,7 @@ def _estimate(
     return size
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _write_batch(
     out: np.ndarray, at: int, first: int, end: int, last_offset_delta: int, bodies: np.ndarray,
     offsets: np.ndarray, timestamps: np.ndarray, timestamp_types: np.ndarray,
@@ -234,7 +227,7 @@ def _write_batch(
     return pos
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def encode_batches(
     offsets: np.ndarray, timestamps: np.ndarray, timestamp_types: np.ndarray,
     key_offsets: np.ndarray, key_data: np.ndarray, key_valid: np.ndarray,

@@ -9,11 +9,12 @@ from bergstream.core.api import (
     ValueCodecRegistration,
     hookimpl,
 )
-from bergstream.plugins.value_codecs.codec import AvroCodec, RawCodec
-from bergstream.plugins.value_codecs.connect_json_codec import ConnectJsonCodec
-from bergstream.plugins.value_codecs.json_codec import JsonSchemaCodec
-from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
-from bergstream.plugins.value_codecs.protobuf_codec import ProtobufCodec
+from bergstream.plugins.value_codecs.avro.codec import AvroCodec
+from bergstream.plugins.value_codecs.connect_json.codec import ConnectJsonCodec
+from bergstream.plugins.value_codecs.json_schema.codec import JsonSchemaCodec
+from bergstream.plugins.value_codecs.plain_json.codec import PlainJsonCodec
+from bergstream.plugins.value_codecs.protobuf.codec import ProtobufCodec
+from bergstream.plugins.value_codecs.raw import RawCodec
 
 
 def create_raw_codec(config: EmptyConfig, context: ServiceContext) -> RawCodec:

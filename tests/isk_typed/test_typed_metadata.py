@@ -36,7 +36,7 @@ DAY_US = 86_400_000_000
 
 
 def typed_topic(*versions: dict) -> TypedTopic:
-    from bergstream.plugins.value_codecs.codec import AvroCodec
+    from bergstream.plugins.value_codecs.avro.codec import AvroCodec
 
     schemas = [
         RegisteredSchema(40 + n, "AVRO", json.dumps(v), subject="t-value", version=n + 1)

@@ -11,7 +11,7 @@ from bergstream.core.api import (
     schema_property,
 )
 from bergstream.plugins.ksi_fetch_filter.typed import TableSchemas, stored_schemas
-from bergstream.plugins.value_codecs.protobuf_codec import ProtobufCodec
+from bergstream.plugins.value_codecs.protobuf.codec import ProtobufCodec
 
 COMMON = RegisteredSchema(
     1,

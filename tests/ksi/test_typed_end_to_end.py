@@ -33,7 +33,7 @@ from bergstream.core.api import (
     resolve_lake,
 )
 from bergstream.core.schema_registry import SchemaRegistrySettings
-from bergstream.plugins.value_codecs.codec import AvroCodec
+from bergstream.plugins.value_codecs.avro.codec import AvroCodec
 from tests.ksi.avro_kit import (
     KEY_SCHEMA,
     PAYMENT_V1,

@@ -50,8 +50,8 @@ from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from bergstream.plugins.isk_gateway.tables.lake_schemas import LakeSchemas
 from bergstream.plugins.isk_gateway.tables.layouts import TopicLayouts
-from bergstream.plugins.value_codecs.avro_schema import PRIMITIVES, AvroNode, parse_avro
-from bergstream.plugins.value_codecs.avro_types import branch_names, is_null, union_parts
+from bergstream.plugins.value_codecs.avro.schema import PRIMITIVES, AvroNode, parse_avro
+from bergstream.plugins.value_codecs.avro.types import branch_names, is_null, union_parts
 from tests.isk_tables.support import open_table
 from tests.isk_typed.avro_kit import codecs_settings, typed_context
 from tests.ksi.avro_kit import framed

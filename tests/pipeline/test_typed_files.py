@@ -32,7 +32,7 @@ from bergstream.core.api import (
 from bergstream.pipeline.typed import SchemasNeeded, ShippedSchemas
 from bergstream.pipeline.typed_files import file_target, write_files
 from bergstream.pipeline.typed_worker import DecodeJob
-from bergstream.plugins.value_codecs.codec import AvroCodec
+from bergstream.plugins.value_codecs.avro.codec import AvroCodec
 
 SCHEMA = {
     "type": "record",

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from bergstream.core.api import VALUE_ERROR_COLUMN, RegisteredSchema
 from bergstream.pipeline.settings import PipelineLake
-from bergstream.plugins.value_codecs.json_schema_types import JsonNode, parse_json_schema
+from bergstream.plugins.value_codecs.json_schema.types import JsonNode, parse_json_schema
 from tests.pipeline.property_kit import (
     assert_hotset_is_coldset,
     generation_only,

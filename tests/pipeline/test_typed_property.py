@@ -41,7 +41,7 @@ from bergstream.core.api import (
 from bergstream.core.row_contract import record_to_row
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import run_pipeline
-from bergstream.plugins.value_codecs.avro_schema import AvroNode
+from bergstream.plugins.value_codecs.avro.schema import AvroNode
 from tests.ksi.stack_kit import Seen
 from tests.pipeline.lake_testkit import Produced, consume_all, produce
 from tests.pipeline.property_kit import (

@@ -29,7 +29,7 @@ from bergstream.core.api import (
     build_layout_of_shapes,
 )
 from bergstream.core.row_contract import version_fit
-from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
+from bergstream.plugins.value_codecs.plain_json.codec import PlainJsonCodec
 from tests.typed.test_typed_rows import rows
 
 LAST_ID = ROW_SCHEMA.highest_field_id

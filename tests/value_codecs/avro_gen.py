@@ -25,8 +25,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from bergstream.plugins.value_codecs.avro_schema import AvroNode
-from bergstream.plugins.value_codecs.avro_types import branch_names, is_null, union_parts
+from bergstream.plugins.value_codecs.avro.schema import AvroNode
+from bergstream.plugins.value_codecs.avro.types import branch_names, is_null, union_parts
 
 _NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True)
 _SYMBOLS = st.lists(

@@ -13,7 +13,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from bergstream.plugins.value_codecs.json_schema_types import JsonNode
+from bergstream.plugins.value_codecs.json_schema.types import JsonNode
 
 _NAMES = st.sampled_from(["a", "b", "id", "é", "x y", 'q"t', "amount", "n1", "\u2028"])
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from bergstream.plugins.value_codecs.avro_schema import AvroNode
+from bergstream.plugins.value_codecs.avro.schema import AvroNode
 from tests.value_codecs.avro_gen import values_of
 
 _WIDE = decimal.Context(prec=80)

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 
 from bergstream.core.api import RegisteredSchema
-from bergstream.plugins.value_codecs.protobuf_codec import ProtobufCodec
+from bergstream.plugins.value_codecs.protobuf.codec import ProtobufCodec
 from tests.value_codecs.protobuf_gen import PROTO2, PROTO3
 
 #: ``PROTOBUF_EXAMPLES`` sets the number of hypothesis examples (60 by default).

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from bergstream.core.api import RegisteredSchema
-from bergstream.plugins.value_codecs.codec import AvroCodec
+from bergstream.plugins.value_codecs.avro.codec import AvroCodec
 
 CODEC = AvroCodec()
 

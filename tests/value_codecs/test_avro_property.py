@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bergstream.core.api import RegisteredSchema
-from bergstream.plugins.value_codecs.avro_ops import ERRORS
-from bergstream.plugins.value_codecs.avro_schema import parse_avro
-from bergstream.plugins.value_codecs.codec import AvroCodec
+from bergstream.plugins.value_codecs.avro.codec import AvroCodec
+from bergstream.plugins.value_codecs.avro.ops import ERRORS
+from bergstream.plugins.value_codecs.avro.schema import parse_avro
 from tests.value_codecs.avro_gen import avro_schemas, from_arrow, from_fastavro, values_of
 from tests.value_codecs.noncanonical import LiberalWriter
 

@@ -10,8 +10,8 @@ import pytest
 from pyiceberg.types import IcebergType, ListType, MapType, StructType
 
 from bergstream.core.api import RegisteredSchema, SchemaNotExpressible, SchemaReference
-from bergstream.plugins.value_codecs.avro_schema import parse_avro
-from bergstream.plugins.value_codecs.avro_types import iceberg_type
+from bergstream.plugins.value_codecs.avro.schema import parse_avro
+from bergstream.plugins.value_codecs.avro.types import iceberg_type
 
 
 def _shape(type_: IcebergType) -> Any:

@@ -25,7 +25,8 @@ from bergstream.core.api import (
 )
 from bergstream.core.plugins import load_registry
 from bergstream.plugins.value_codecs import plugin
-from bergstream.plugins.value_codecs.codec import AvroCodec, RawCodec
+from bergstream.plugins.value_codecs.avro.codec import AvroCodec
+from bergstream.plugins.value_codecs.raw import RawCodec
 
 SCHEMA = {
     "type": "record",

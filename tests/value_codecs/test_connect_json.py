@@ -57,9 +57,9 @@ from bergstream.core.api import (
 )
 from bergstream.core.codecs_config import CODEC_KIND, CodecsSettings, check_codecs
 from bergstream.core.plugins import load_registry
-from bergstream.plugins.value_codecs.connect_json_codec import ConnectJsonCodec
-from bergstream.plugins.value_codecs.connect_json_envelopes import NOT_AN_ENVELOPE, schema_id
-from bergstream.plugins.value_codecs.connect_json_values import decimal_text
+from bergstream.plugins.value_codecs.connect_json.codec import ConnectJsonCodec
+from bergstream.plugins.value_codecs.connect_json.envelopes import NOT_AN_ENVELOPE, schema_id
+from bergstream.plugins.value_codecs.connect_json.values import decimal_text
 from tests.value_codecs import connect_gen as cg
 from tests.value_codecs.connect_gen import envelope, field, schema, struct
 

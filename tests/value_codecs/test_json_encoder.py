@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bergstream.core.api import RegisteredSchema
-from bergstream.plugins.value_codecs import json_enc_numbers
-from bergstream.plugins.value_codecs.json_codec import JsonSchemaCodec, _build, _Compiled
-from bergstream.plugins.value_codecs.json_schema_types import parse_json_schema
+from bergstream.plugins.value_codecs.json_schema import number_writing as json_enc_numbers
+from bergstream.plugins.value_codecs.json_schema.codec import JsonSchemaCodec, _build, _Compiled
+from bergstream.plugins.value_codecs.json_schema.types import parse_json_schema
 from tests.value_codecs.json_gen import (
     LiberalWriter,
     canonical_bytes,

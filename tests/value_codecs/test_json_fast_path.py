@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bergstream.core.api import RegisteredSchema
-from bergstream.plugins.value_codecs.json_codec import JsonSchemaCodec
-from bergstream.plugins.value_codecs.json_numbers import read_double, read_long
-from bergstream.plugins.value_codecs.json_schema_types import parse_json_schema
+from bergstream.plugins.value_codecs.json_schema.codec import JsonSchemaCodec
+from bergstream.plugins.value_codecs.json_schema.number_reading import read_double, read_long
+from bergstream.plugins.value_codecs.json_schema.types import parse_json_schema
 from tests.value_codecs.json_gen import (
     LiberalWriter,
     canonical_bytes,

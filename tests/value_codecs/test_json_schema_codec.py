@@ -37,8 +37,8 @@ from pyiceberg.types import (
 )
 
 from bergstream.core.api import RegisteredSchema, SchemaNotExpressible, SchemaReference
-from bergstream.plugins.value_codecs.json_codec import JsonSchemaCodec
-from bergstream.plugins.value_codecs.json_schema_types import parse_json_schema
+from bergstream.plugins.value_codecs.json_schema.codec import JsonSchemaCodec
+from bergstream.plugins.value_codecs.json_schema.types import parse_json_schema
 from tests.value_codecs.json_gen import (
     LiberalWriter,
     canonical_bytes,

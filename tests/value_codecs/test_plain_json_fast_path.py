@@ -11,7 +11,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bergstream.plugins.value_codecs.plain_json_shapes import observe
+from bergstream.plugins.value_codecs.plain_json.shapes import observe
 
 
 def same_observations(payloads: list[bytes | None], limit: int = 256) -> None:

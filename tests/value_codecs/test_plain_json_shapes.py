@@ -27,8 +27,8 @@ from bergstream.core.api import (
     build_layout,
     build_layout_of_shapes,
 )
-from bergstream.plugins.value_codecs.plain_json_codec import PlainJsonCodec
-from bergstream.plugins.value_codecs.plain_json_shapes import (
+from bergstream.plugins.value_codecs.plain_json.codec import PlainJsonCodec
+from bergstream.plugins.value_codecs.plain_json.shapes import (
     Kind,
     declare_shapes,
     join,

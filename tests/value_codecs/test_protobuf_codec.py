@@ -35,7 +35,7 @@ from pyiceberg.types import (
 )
 
 from bergstream.core.api import RegisteredSchema, SchemaNotExpressible, SchemaReference
-from bergstream.plugins.value_codecs.protobuf_codec import ProtobufCodec, read_indexes
+from bergstream.plugins.value_codecs.protobuf.codec import ProtobufCodec, read_indexes
 from tests.value_codecs.protobuf_gen import PROTO2, PROTO3, expected, messages
 
 SETTINGS = settings(

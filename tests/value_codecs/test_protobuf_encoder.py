@@ -23,7 +23,7 @@ from google.protobuf.message import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bergstream.plugins.value_codecs.protobuf_encoder import compile_encoder, encoder_for
+from bergstream.plugins.value_codecs.protobuf.encoder import compile_encoder, encoder_for
 from tests.value_codecs.protobuf_gen import LiberalWriter, messages
 from tests.value_codecs.protobuf_kit import SETTINGS, SchemaSet, proto2_plain
 

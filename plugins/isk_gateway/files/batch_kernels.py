@@ -17,10 +17,9 @@ The caller (:mod:`.batch_decoder`) turns the outputs into Arrow buffers without 
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from bergstream.core.api import copy_bytes, record_batch
+from bergstream.core.api import cached_njit, copy_bytes, read_varint, record_batch, unzigzag
 
 # Module-level ints: numba freezes them into the compiled code. Its on-disk cache is keyed on
 # this file only, which is fine as Kafka never changes the v2 layout.
@@ -96,7 +95,7 @@ ERRORS = {
 }
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _int(buf: np.ndarray, pos: int, size: int) -> int:
     """The big-endian signed integer of ``size`` bytes at ``pos``."""
     value = np.int64(0)
@@ -108,7 +107,7 @@ def _int(buf: np.ndarray, pos: int, size: int) -> int:
     return value
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def scan_batches(buf: np.ndarray) -> np.ndarray:
     """One row of :data:`BATCH_FIELDS` per complete batch of ``buf``, in order. A batch whose
     magic is not 2 ends the scan (its row has the magic; later fields are 0)."""
@@ -144,24 +143,17 @@ def scan_batches(buf: np.ndarray) -> np.ndarray:
     return out[:count]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _varint(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
-    """The zigzag varint at ``pos`` and the position after it; position -1 if malformed."""
-    raw = np.int64(0)
-    shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            return 0, -1
-        byte = np.int64(buf[pos])
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            break
-        shift += 7
-    return ((raw >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(raw & 1), pos
+    """The zigzag varint at ``pos`` and the position after it; position -1 if malformed (bits
+    beyond 64 are dropped, as Kafka's own reader does)."""
+    raw, pos, _ = read_varint(buf, pos, end)
+    if pos < 0:
+        return 0, -1
+    return unzigzag(raw), pos
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _field(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, int]:
     """A length-prefixed field at ``pos``: its length (-1: null), where its bytes start, and the
     position after it; that position is -1 or -3 (:data:`ERRORS`) if the field is malformed."""
@@ -173,7 +165,7 @@ def _field(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, int]:
     return length, pos, pos + max(length, 0)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@cached_njit(nogil=True, inline="always")
 def _append(
     buf: np.ndarray,
     start: int,
@@ -197,7 +189,7 @@ def _append(
     return filled
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def decode_records(
     plain: np.ndarray,
     decompressed: np.ndarray,
