@@ -14,7 +14,7 @@ How: :func:`cached_njit` compiles with numba's own cache machinery, but the cach
 :func:`source_digest`: the SHA-256 of the source of the defining module and of every module it
 imports, transitively, within its own top-level package and ``bergstream`` (found by reading
 the imports with ``ast``: module level, inside functions, relative ones). A name imported from
-``bergstream.core.api`` counts as the module that name comes from (``api`` re-exports them;
+``bergstream.core.api`` counts as the module that name comes from (``api.pyi`` names it;
 its own imports would tie every kernel to all of core). Changing any of those sources changes
 the stamp, so numba recompiles on the next run and overwrites the stale entries. Over-counting
 a dependency costs a recompilation, never a wrong result. ``tests/unit/test_kernel_cache.py``
@@ -39,8 +39,6 @@ from numba.core import caching
 __all__ = ["cached_njit", "dependencies", "source_digest"]
 
 _API = "bergstream.core.api"
-#: The dict of ``bergstream.core.api`` naming the module of each lazily imported name.
-_LAZY = "_COMPILED_HELPERS"
 
 
 def cached_njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
@@ -127,24 +125,21 @@ def _file_of(module: str) -> Path | None:
 
 @functools.cache
 def _api_origins() -> dict[str, str]:
-    """Each name ``bergstream.core.api`` exports, with the module it comes from (its imports,
-    and the modules of its lazily imported names)."""
+    """Each name ``bergstream.core.api`` exports, with the module it comes from: the imports of
+    ``core/api.pyi``, relative to ``bergstream.core``, from which the module loads each name."""
     api = _file_of(_API)
     if api is None:
         return {}
+    stub = api.with_suffix(".pyi")
+    if not stub.is_file():
+        return {}
+    core = _API.rpartition(".")[0]
     origins: dict[str, str] = {}
-    for node in ast.walk(ast.parse(_read(api))):
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+    for node in ast.walk(ast.parse(_read(stub))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            base = f"{core}.{node.module}" if node.module else core
             for alias in node.names:
-                origins.setdefault(alias.asname or alias.name, _submodule(node.module, alias.name))
-        elif (
-            isinstance(node, ast.Assign)
-            and [getattr(target, "id", None) for target in node.targets] == [_LAZY]
-            and isinstance(node.value, ast.Dict)
-        ):
-            for key, value in zip(node.value.keys, node.value.values, strict=True):
-                if isinstance(key, ast.Constant) and isinstance(value, ast.Constant):
-                    origins[str(key.value)] = str(value.value)
+                origins.setdefault(alias.asname or alias.name, _submodule(base, alias.name))
     return origins
 
 
