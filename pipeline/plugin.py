@@ -19,7 +19,6 @@ from bergstream.core.api import (
     LogComponent,
     PluginError,
     PluginRegistry,
-    ServiceContext,
     TableMode,
     bergstream_home,
     hookimpl,
@@ -124,6 +123,7 @@ def register_commands(cli: click.Group) -> None:
     def run_command(config_file: Path, topic: str, once: bool) -> None:
         """Copy TOPIC into its Iceberg table, exactly once; runs until SIGTERM/Ctrl-C unless
         --once. Progress goes to stderr, a JSON summary to stdout."""
+        from bergstream.core.api import ServiceContext
         from bergstream.pipeline.session import PipelineSetupError
         from bergstream.pipeline.stream import PipelineError, run_pipeline, stop_on_signals
         from bergstream.pipeline.typed import topic_typing

@@ -1,49 +1,62 @@
 """Registers the ``raw``, ``avro``, ``json-schema``, ``protobuf``, ``json`` and
-``connect-json`` value codecs through the ``bergstream`` entry-point group."""
+``connect-json`` value codecs through the ``bergstream`` entry-point group. Each factory
+imports its codec (numba kernels, pyarrow) on first use, so listing plugins stays cheap."""
 
 from __future__ import annotations
 
-from bergstream.core.api import (
-    EmptyConfig,
-    ServiceContext,
-    ValueCodecRegistration,
-    hookimpl,
-)
-from bergstream.plugins.value_codecs.avro.codec import AvroCodec
-from bergstream.plugins.value_codecs.connect_json.codec import ConnectJsonCodec
-from bergstream.plugins.value_codecs.json_schema.codec import JsonSchemaCodec
-from bergstream.plugins.value_codecs.plain_json.codec import PlainJsonCodec
-from bergstream.plugins.value_codecs.protobuf.codec import ProtobufCodec
-from bergstream.plugins.value_codecs.raw import RawCodec
+from typing import TYPE_CHECKING
+
+from bergstream.core.api import EmptyConfig, ValueCodecRegistration, hookimpl
+
+if TYPE_CHECKING:
+    from bergstream.core.api import ServiceContext
+    from bergstream.plugins.value_codecs.avro.codec import AvroCodec
+    from bergstream.plugins.value_codecs.connect_json.codec import ConnectJsonCodec
+    from bergstream.plugins.value_codecs.json_schema.codec import JsonSchemaCodec
+    from bergstream.plugins.value_codecs.plain_json.codec import PlainJsonCodec
+    from bergstream.plugins.value_codecs.protobuf.codec import ProtobufCodec
+    from bergstream.plugins.value_codecs.raw import RawCodec
 
 
 def create_raw_codec(config: EmptyConfig, context: ServiceContext) -> RawCodec:
     """The ``raw`` codec (no settings)."""
+    from bergstream.plugins.value_codecs.raw import RawCodec
+
     return RawCodec()
 
 
 def create_avro_codec(config: EmptyConfig, context: ServiceContext) -> AvroCodec:
     """The ``avro`` codec (no settings)."""
+    from bergstream.plugins.value_codecs.avro.codec import AvroCodec
+
     return AvroCodec()
 
 
 def create_json_schema_codec(config: EmptyConfig, context: ServiceContext) -> JsonSchemaCodec:
     """The ``json-schema`` codec (no settings)."""
+    from bergstream.plugins.value_codecs.json_schema.codec import JsonSchemaCodec
+
     return JsonSchemaCodec()
 
 
 def create_protobuf_codec(config: EmptyConfig, context: ServiceContext) -> ProtobufCodec:
     """The ``protobuf`` codec (no settings)."""
+    from bergstream.plugins.value_codecs.protobuf.codec import ProtobufCodec
+
     return ProtobufCodec()
 
 
 def create_plain_json_codec(config: EmptyConfig, context: ServiceContext) -> PlainJsonCodec:
     """The ``json`` codec (no settings)."""
+    from bergstream.plugins.value_codecs.plain_json.codec import PlainJsonCodec
+
     return PlainJsonCodec()
 
 
 def create_connect_json_codec(config: EmptyConfig, context: ServiceContext) -> ConnectJsonCodec:
     """The ``connect-json`` codec (no settings)."""
+    from bergstream.plugins.value_codecs.connect_json.codec import ConnectJsonCodec
+
     return ConnectJsonCodec()
 
 
