@@ -1,4 +1,5 @@
-"""Length-prefixed Kafka frames: buffering received bytes, peeking at headers, patching ids.
+"""Length-prefixed Kafka frames: buffering received bytes, peeking at headers, patching ids,
+writing them out.
 
 A Kafka frame is a big-endian int32 length followed by that many bytes, the *message*. A request
 message starts with ``api_key:int16, api_version:int16, correlation_id:int32, client_id``; a
@@ -8,9 +9,11 @@ decoding the rest of the message, so the proxy's pass-through path never builds 
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from bergstream.core.kafka_wire.api_keys import ApiKey
@@ -27,6 +30,8 @@ _I32 = struct.Struct(">i")
 _REQUEST_PEEK = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _REQUEST_PREFIX = struct.Struct(">ihhi")  # length, api_key, api_version, correlation_id
 _RESPONSE_PREFIX = struct.Struct(">ii")  # length, correlation_id
+#: Pieces smaller than this are joined into one write (one syscall).
+_JOIN_BELOW = 64 * 1024
 
 Buffer = bytes | bytearray | memoryview
 
@@ -167,6 +172,24 @@ def drop_prefix(views: list[memoryview], size: int) -> list[memoryview]:
         out.append(view[size:] if size else view)
         size = 0
     return out
+
+
+def write_pieces(transport: asyncio.WriteTransport, pieces: Sequence[Buffer]) -> None:
+    """Write ``pieces`` in order; small neighbours are joined, large ones written as views."""
+    if len(pieces) == 1:
+        transport.write(pieces[0])
+        return
+    batch: list[Buffer] = []
+    for piece in pieces:
+        if len(piece) >= _JOIN_BELOW:
+            if batch:
+                transport.write(b"".join(batch) if len(batch) > 1 else batch[0])
+                batch = []
+            transport.write(piece)
+        else:
+            batch.append(piece)
+    if batch:
+        transport.write(b"".join(batch) if len(batch) > 1 else batch[0])
 
 
 def check_length(length: int, max_size: int, min_size: int) -> None:

@@ -17,7 +17,7 @@ Kafka runs one or more KRaft nodes (``stack_up(brokers=N)``), with no authentica
 from .attached import AttachedProcess, attach_process, attached_processes, stop_attached
 from .env import S3_REGION, KafkaClientSecurity, StackEnv
 from .kafka_broker import KAFKA_TOOL_ALIASES, KAFKA_VERSION, ensure_kafka_libs, kafka_tool_command
-from .manager import stack_down, stack_env, stack_status, stack_up
+from .lifecycle import stack_down, stack_env, stack_status, stack_up
 from .paths import COMPONENTS, DEFAULT_COMPONENTS, StackError, StackPaths
 from .ports import free_port, free_ports
 from .schema_registry import APICURIO_VERSION, ensure_registry

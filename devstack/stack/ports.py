@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable
 
 __all__ = [
+    "choose_ports",
     "free_port",
     "free_port_block",
     "free_port_pairs",
@@ -126,3 +127,21 @@ def wait_closed(ports: Iterable[int], timeout: float = 10.0, host: str = HOST) -
             break
         time.sleep(0.1)
     return pending
+
+
+def choose_ports(
+    names: tuple[str, ...], previous: dict[str, int] | None, exclude: set[int]
+) -> dict[str, int]:
+    """Keep the previous ports where they are still free, pick new free ones for the rest."""
+    previous = previous or {}
+    chosen: dict[str, int] = {}
+    used = set(exclude)
+    for name in names:
+        port = previous.get(name)
+        if port and port not in used and port_is_free(port):
+            chosen[name] = port
+            used.add(port)
+    missing = [name for name in names if name not in chosen]
+    for name, port in zip(missing, free_ports(len(missing), used), strict=True):
+        chosen[name] = port
+    return chosen

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .env import StackEnv
-from .manager import stack_down, stack_up
+from .lifecycle import stack_down, stack_up
 
 __all__ = ["running_stack", "session_stack", "stop_session_stack"]
 

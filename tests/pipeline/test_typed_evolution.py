@@ -12,7 +12,8 @@ The pipeline copies v1 records; v2 records are only in Kafka: ``merged`` reads t
 (cold v1, hot v2). The pipeline copies the v2 records; v3 records are only in Kafka: ``merged``
 reads three versions (cold v1 and v2 in files written by Spark with the older types, hot v3).
 Each engine must see every record once, with the newest schema's types and null for the
-fields its version did not have.
+fields its version did not have. The module fixture ``evolved`` takes the topic through the
+three versions (keeping what each engine read at two), so each test runs alone too.
 
 Then the gateway's registry (behind a TCP forwarder; subjects re-read on every load) stops
 answering: loading the table is a retriable error (HTTP 503), no file is built from a guess;
@@ -26,8 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -41,20 +41,28 @@ from tests.isk_e2e.helpers import (
     start_gateway,
 )
 from tests.pipeline.evolution_kit import (
+    Row,
     as_row,
     by_first,
     check_merged_everywhere,
     copy_all,
+    merged_by_duckdb,
+    merged_by_pyiceberg,
+    merged_by_spark,
 )
 from tests.pipeline.lake_testkit import Produced, produce
 from tests.pipeline.property_kit import lake_and_codecs_yaml
 from tests.pipeline.typed_kit import FIRST_MS, Forwarder, avro_serializer, coldset
+
+if TYPE_CHECKING:
+    from pyiceberg.schema import Schema
 
 pytestmark = pytest.mark.slow
 
 PARTS = 2
 PER_VERSION = 12  # records of each version (then 6 more v3 ones during the outage)
 COLUMNS = ("id", "currency", "amount", "price", "note", "country", "channel")
+COLUMNS_V2 = tuple(c for c in COLUMNS if c != "channel")  # the columns of two versions
 
 V1: dict[str, Any] = {
     "type": "record",
@@ -169,39 +177,73 @@ def stage(
         assert code == 0, f"bergstream run exited with {code}:\n{gateway.process.log()}"
 
 
-def _check_merged(spark: Any, stage: Stage, versions: int) -> None:
-    """All three engines read every produced value once, as the newest schema's columns (of
-    ``versions`` versions: v3's ``channel`` only from three on)."""
-    assert len({version for version, _ in stage.produced}) == versions
-    columns = COLUMNS if versions == 3 else tuple(c for c in COLUMNS if c != "channel")
-    expected = stage.expected(columns)
+@dataclass
+class Evolution:
+    """What was seen while the topic went through its three versions (fixture ``evolved``)."""
+
+    cold_v1: Schema  # the coldset's schema once v1 was copied
+    reads_v2: dict[str, list[Row]]  # merged.<topic> read by each engine: v1 cold, v2 hot
+    expected_v2: list[Row]  # what each engine had to read then
+    merged_v2: Schema  # merged's schema then
+    cold_v2: Schema  # the coldset's schema once v2 was copied too
+
+
+@pytest.fixture(scope="module")
+def evolved(
+    spark: Any,
+    stage: Stage,
+    kafka_bootstrap: str,
+    stack_env: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Evolution:
+    """The topic through its three versions: v1 produced and copied to the coldset; v2
+    produced and ``merged`` read by every engine (two versions); v2 copied; v3 produced, only
+    in Kafka (three versions)."""
+    registry_url = stack_env["BERGSTREAM_SCHEMA_REGISTRY_URL"]
+    home = tmp_path_factory.mktemp("typed-evolution-copies")
+    stage.produce(1, range(PER_VERSION), kafka_bootstrap, registry_url)
+    copy_all(spark, stage.lake, stage.topic, registry_url, home)
+    cold_v1 = coldset(stage.lake, stage.topic).schema()
+    stage.produce(2, range(PER_VERSION, 2 * PER_VERSION), kafka_bootstrap, registry_url)
+    reads_v2 = {
+        "pyiceberg": merged_by_pyiceberg(stage.gateway, stage.topic, COLUMNS_V2),
+        "spark": merged_by_spark(spark, stage.spark_catalog, stage.topic, COLUMNS_V2),
+        "duckdb": merged_by_duckdb(stage.gateway, stage.topic, COLUMNS_V2),
+    }
+    expected_v2 = stage.expected(COLUMNS_V2)
+    merged_v2 = stage.gateway.catalog().load_table(f"merged.{stage.topic}").schema()
+    copy_all(spark, stage.lake, stage.topic, registry_url, home)
+    cold_v2 = coldset(stage.lake, stage.topic).schema()
+    stage.produce(3, range(2 * PER_VERSION, 3 * PER_VERSION), kafka_bootstrap, registry_url)
+    return Evolution(cold_v1, reads_v2, expected_v2, merged_v2, cold_v2)
+
+
+def _check_merged(spark: Any, stage: Stage) -> None:
+    """All three engines read every produced value once, as the newest (third) schema's
+    columns."""
+    assert len({version for version, _ in stage.produced}) == 3
     check_merged_everywhere(
-        spark, stage.gateway, stage.spark_catalog, stage.topic, columns, expected
+        spark, stage.gateway, stage.spark_catalog, stage.topic, COLUMNS, stage.expected(COLUMNS)
     )
 
 
 def test_merged_reads_two_then_three_versions_with_every_engine(
-    spark: Any, stage: Stage, kafka_bootstrap: str, stack_env: dict[str, str], tmp_path: Path
+    spark: Any, stage: Stage, evolved: Evolution
 ) -> None:
-    registry_url = stack_env["BERGSTREAM_SCHEMA_REGISTRY_URL"]
-    stage.produce(1, range(PER_VERSION), kafka_bootstrap, registry_url)
-    copy_all(spark, stage.lake, stage.topic, registry_url, tmp_path)
-    cold_v1 = coldset(stage.lake, stage.topic).schema()
+    cold_v1 = evolved.cold_v1
     assert str(cold_v1.find_field("id").field_type) == "int"
 
     # two versions: v1 in the coldset, v2 only in Kafka
-    stage.produce(2, range(PER_VERSION, 2 * PER_VERSION), kafka_bootstrap, registry_url)
-    _check_merged(spark, stage, versions=2)
-    merged = stage.gateway.catalog().load_table(f"merged.{stage.topic}").schema()
+    for engine, rows in evolved.reads_v2.items():
+        assert rows == evolved.expected_v2, engine
+    merged = evolved.merged_v2
     assert str(merged.find_field("id").field_type) == "long"
     assert merged.find_field("country").field_id > cold_v1.highest_field_id
 
     # three versions: v1 and v2 in the coldset (files of the older types), v3 only in Kafka
-    copy_all(spark, stage.lake, stage.topic, registry_url, tmp_path)
-    cold_v2 = coldset(stage.lake, stage.topic).schema()
+    cold_v2 = evolved.cold_v2
     assert str(cold_v2.find_field("amount").field_type) == "float"
-    stage.produce(3, range(2 * PER_VERSION, 3 * PER_VERSION), kafka_bootstrap, registry_url)
-    _check_merged(spark, stage, versions=3)
+    _check_merged(spark, stage)
     merged = stage.gateway.catalog().load_table(f"merged.{stage.topic}").schema()
     for field in cold_v2.fields:  # ids stable by name across all three versions
         assert merged.find_field(field.name).field_id == field.field_id
@@ -222,12 +264,10 @@ def test_merged_reads_two_then_three_versions_with_every_engine(
 
 
 def test_the_gateway_survives_a_registry_outage_and_recovers_by_itself(
-    spark: Any, stage: Stage, kafka_bootstrap: str, stack_env: dict[str, str]
+    spark: Any, stage: Stage, evolved: Evolution, kafka_bootstrap: str, stack_env: dict[str, str]
 ) -> None:
     from pyiceberg.exceptions import ServiceUnavailableError
 
-    if len({version for version, _ in stage.produced}) < 3:
-        pytest.skip("needs the three versions of the evolution test (run the module whole)")
     registry_url = stack_env["BERGSTREAM_SCHEMA_REGISTRY_URL"]
     start = 3 * PER_VERSION
     stage.forwarder.stop()
@@ -242,7 +282,7 @@ def test_the_gateway_survives_a_registry_outage_and_recovers_by_itself(
     deadline = time.monotonic() + 60
     while True:  # nothing restarted: the next load after the registry is back just works
         try:
-            _check_merged(spark, stage, versions=3)
+            _check_merged(spark, stage)
             break
         except ServiceUnavailableError:
             assert time.monotonic() < deadline, "the gateway did not recover within 60 s"

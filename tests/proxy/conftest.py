@@ -41,16 +41,16 @@ async def start_proxy() -> AsyncIterator[StartProxy]:
         await server.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 async def kafka_fuzz_proxy(kafka_bootstrap: str) -> AsyncIterator[FuzzTarget]:
-    """A proxy in front of real Kafka shared by a module's tests (the fuzz test, then the check
-    that clients still work after it), recording internal errors logged meanwhile."""
+    """A proxy of the test's own in front of real Kafka, recording internal errors logged
+    meanwhile."""
     async with FuzzTarget.running(kafka_bootstrap) as target:
         yield target
 
 
-@pytest.fixture(scope="module")
-async def fuzzed_fake_proxy() -> AsyncIterator[FuzzTarget]:
+@pytest.fixture
+async def fake_fuzz_proxy() -> AsyncIterator[FuzzTarget]:
     """Like ``kafka_fuzz_proxy`` in front of a fake broker."""
     broker = await FakeBroker().start()
     async with FuzzTarget.running(broker.address) as target:

@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from kio.index import load_response_schema
 from kio.static.protocol import RequestHeader, RequestPayload, ResponsePayload
@@ -303,12 +303,8 @@ class FuzzTarget:
 
     address: str
     errors: list[str]
-    count: ClassVar[int] = 0
-
-    @property
-    def examples(self) -> int:
-        """How many inputs were sent so far (all targets together)."""
-        return FuzzTarget.count
+    #: How many inputs were sent to this proxy so far.
+    examples: int = 0
 
     @classmethod
     @contextlib.asynccontextmanager

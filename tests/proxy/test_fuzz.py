@@ -1,4 +1,9 @@
-"""Random and truncated frames: each closes (at most) its own connection, never the proxy."""
+"""Random and truncated frames: each closes (at most) its own connection, never the proxy.
+
+Each test fuzzes a proxy of its own, then checks that it still serves clients: the fuzz tests
+with many inputs and one plain request, the "still served" tests with a few inputs and real
+clients. No test depends on another having run.
+"""
 
 from __future__ import annotations
 
@@ -79,11 +84,18 @@ truncated_or_corrupted = st.builds(
 fuzz_input = st.one_of(random_bytes, header_with_garbage, truncated_or_corrupted)
 
 
-async def poke(address: str, data: bytes, wait: float, **connect: Any) -> None:
-    """Send ``data`` on a fresh connection (``connect``: ``ssl=`` for a TLS gateway); give the
-    proxy ``wait`` seconds to react; close."""
-    client = await RawClient.connect(address, **connect)
-    FuzzTarget.count += 1
+#: Inputs each test sends. A fuzz test sends many, then checks that a client is still served; a
+#: "still served" test sends a few of its own first, then checks with real clients.
+FAKE_EXAMPLES, FAKE_STILL_SERVED_EXAMPLES = 270, 30
+KAFKA_EXAMPLES, KAFKA_STILL_SERVED_EXAMPLES = 900, 100
+TLS_EXAMPLES, TLS_STILL_SERVED_EXAMPLES = 270, 30
+
+
+async def poke(target: FuzzTarget, data: bytes, wait: float, **connect: Any) -> None:
+    """Send ``data`` to ``target`` on a fresh connection (``connect``: ``ssl=`` for a TLS
+    gateway); give the proxy ``wait`` seconds to react; close."""
+    client = await RawClient.connect(target.address, **connect)
+    target.examples += 1
     try:
         client.send_raw(data)
         with contextlib.suppress(TimeoutError, ConnectionError, OSError):
@@ -92,39 +104,62 @@ async def poke(address: str, data: bytes, wait: float, **connect: Any) -> None:
         await client.close()
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(data=fuzz_input)
-async def test_fuzz_against_fake_broker(fuzzed_fake_proxy, data):
-    await poke(fuzzed_fake_proxy.address, data, 0.01)
+async def fuzz(target: FuzzTarget, examples: int, wait: float, **connect: Any) -> None:
+    """Send ``examples`` inputs drawn by hypothesis to ``target``, each with :func:`poke`.
+
+    Hypothesis drives a plain function in a worker thread; each input is sent on this test's
+    event loop, where the proxy runs. A failing input is shrunk and raised here as usual.
+    """
+    loop = asyncio.get_running_loop()
+
+    @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=fuzz_input)
+    def send(data: bytes) -> None:
+        asyncio.run_coroutine_threadsafe(poke(target, data, wait, **connect), loop).result(60)
+
+    await asyncio.to_thread(send)
+    assert target.examples > 0
 
 
-async def test_fake_broker_still_served_after_fuzzing(fuzzed_fake_proxy):
-    client = await RawClient.connect(fuzzed_fake_proxy.address)
-    assert (await client.call(codec.build(load_request_schema(ApiKey.METADATA, 12)))).brokers
-    await client.close()
-    assert fuzzed_fake_proxy.examples > 0
-    assert not fuzzed_fake_proxy.errors, fuzzed_fake_proxy.errors[:5]
+async def assert_served(target: FuzzTarget, request: Any, **connect: Any) -> Any:
+    """A plain client's ``request`` through ``target`` is answered, and no internal error was
+    logged while the test ran; return the response."""
+    client = await RawClient.connect(target.address, **connect)
+    try:
+        response = await client.call(request)
+    finally:
+        await client.close()
+    assert not target.errors, target.errors[:5]
+    return response
+
+
+def metadata() -> Any:
+    """A Metadata v12 request for every topic."""
+    return codec.build(load_request_schema(ApiKey.METADATA, 12))
+
+
+async def test_fuzz_against_fake_broker(fake_fuzz_proxy: FuzzTarget) -> None:
+    await fuzz(fake_fuzz_proxy, FAKE_EXAMPLES, 0.01)
+    assert (await assert_served(fake_fuzz_proxy, metadata())).brokers
+
+
+async def test_fake_broker_still_served_after_fuzzing(fake_fuzz_proxy: FuzzTarget) -> None:
+    await fuzz(fake_fuzz_proxy, FAKE_STILL_SERVED_EXAMPLES, 0.01)
+    assert (await assert_served(fake_fuzz_proxy, metadata())).brokers
 
 
 @pytest.mark.slow
-@settings(
-    max_examples=1000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(data=fuzz_input)
-async def test_fuzz_against_kafka(kafka_fuzz_proxy, data):
-    await poke(kafka_fuzz_proxy.address, data, 0.03)
+async def test_fuzz_against_kafka(kafka_fuzz_proxy: FuzzTarget) -> None:
+    await fuzz(kafka_fuzz_proxy, KAFKA_EXAMPLES, 0.03)
+    assert (await assert_served(kafka_fuzz_proxy, metadata())).brokers
 
 
 @pytest.mark.slow
-async def test_clients_work_after_fuzzing(kafka_bootstrap, kafka_fuzz_proxy):
-    """Runs after the fuzz test (same module-scoped proxy): real clients still get through."""
-    assert kafka_fuzz_proxy.examples > 0
+async def test_clients_work_after_fuzzing(
+    kafka_bootstrap: str, kafka_fuzz_proxy: FuzzTarget
+) -> None:
+    """After a few fuzzed inputs of its own, real clients still get through the proxy."""
+    await fuzz(kafka_fuzz_proxy, KAFKA_STILL_SERVED_EXAMPLES, 0.03)
     assert not kafka_fuzz_proxy.errors, kafka_fuzz_proxy.errors[:5]
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -160,11 +195,11 @@ async def test_clients_work_after_fuzzing(kafka_bootstrap, kafka_fuzz_proxy):
 # A TLS gateway in front of the secured three-broker stack (SASL_SSL): the same inputs inside TLS.
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 async def tls_fuzz_proxy(secure_stack: Any) -> AsyncIterator[tuple[FuzzTarget, ssl.SSLContext]]:
-    """A proxy whose gateway speaks TLS (the stack's broker certificate, SANs 127.0.0.1) in
-    front of the secured Kafka (its TLS and the admin's SASL from the stack's properties file),
-    and a client TLS context trusting the stack's CA."""
+    """A proxy of the test's own whose gateway speaks TLS (the stack's broker certificate, SANs
+    127.0.0.1) in front of the secured Kafka (its TLS and the admin's SASL from the stack's
+    properties file), and a client TLS context trusting the stack's CA."""
     security = Path(secure_stack.home) / "security"
     env = secure_stack.as_dict()
     context = ssl.create_default_context(cafile=str(security / "ca.pem"))
@@ -178,27 +213,31 @@ async def tls_fuzz_proxy(secure_stack: Any) -> AsyncIterator[tuple[FuzzTarget, s
 
 
 @pytest.mark.slow
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(data=fuzz_input)
-async def test_fuzz_against_a_tls_gateway(tls_fuzz_proxy, data):
+async def test_fuzz_against_a_tls_gateway(
+    tls_fuzz_proxy: tuple[FuzzTarget, ssl.SSLContext],
+) -> None:
+    """Fuzzed inputs inside TLS; then a plain client's ApiVersions (what a client may send
+    before it authenticates) is still answered through the gateway."""
     target, context = tls_fuzz_proxy
-    await poke(target.address, data, 0.03, ssl=context, server_hostname="127.0.0.1")
+    tls = {"ssl": context, "server_hostname": "127.0.0.1"}
+    await fuzz(target, TLS_EXAMPLES, 0.03, **tls)
+    request = codec.build_request(
+        ApiKey.API_VERSIONS, 3, client_software_name="fuzz", client_software_version="1"
+    )
+    response = await assert_served(target, request, **tls)
+    assert response.error_code == 0 and response.api_keys
 
 
 @pytest.mark.slow
 async def test_sasl_ssl_clients_work_after_fuzzing_the_tls_gateway(
-    tls_fuzz_proxy, secure_stack, new_secure_topic
-):
-    """Runs after the TLS fuzz test: a SASL_SSL client (TLS to the gateway, its own SCRAM
-    credentials through it) still produces and consumes."""
+    tls_fuzz_proxy: tuple[FuzzTarget, ssl.SSLContext], secure_stack: Any, new_secure_topic: Any
+) -> None:
+    """After a few fuzzed inputs of its own inside TLS, a SASL_SSL client (TLS to the gateway,
+    its own SCRAM credentials through it) still produces and consumes."""
     from confluent_kafka import Consumer, Producer
 
-    target, _ = tls_fuzz_proxy
-    assert target.examples > 0
+    target, context = tls_fuzz_proxy
+    await fuzz(target, TLS_STILL_SERVED_EXAMPLES, 0.03, ssl=context, server_hostname="127.0.0.1")
     assert not target.errors, target.errors[:5]
     env = secure_stack.as_dict()
     props = dict(

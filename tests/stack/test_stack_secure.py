@@ -34,15 +34,18 @@ from bergstream.devstack.stack import (
     kafka_broker,
     kafka_security,
     kafka_tool_command,
-    manager,
     stack_down,
     stack_env,
     stack_status,
     stack_up,
 )
 from bergstream.devstack.stack.env import KafkaClientSecurity
+from bergstream.devstack.stack.paths import StackPaths
 from bergstream.devstack.stack.ports import free_port, port_is_open
 from bergstream.devstack.stack.procs import pid_alive
+from bergstream.devstack.stack.startup import with_whole_quorum
+from bergstream.devstack.stack.state_file import State
+from bergstream.devstack.stack.units import kafka_shape, set_kafka_shape, units_of
 from tests.support import consume_values
 
 # ---------------------------------------------------------------------------------------------
@@ -367,21 +370,21 @@ def test_cli_up_has_the_options() -> None:
 
 
 def test_a_new_shape_of_a_stopped_kafka_starts_over(tmp_path: Path) -> None:
-    paths = manager.StackPaths.resolve(tmp_path)
-    state = manager._State(home=str(tmp_path), s3_access_key="k", s3_secret_key="s")
+    paths = StackPaths.resolve(tmp_path)
+    state = State(home=str(tmp_path), s3_access_key="k", s3_secret_key="s")
     state.components["kafka"] = {"ports": {"broker": 1, "controller": 2}, "cluster_id": "c"}
     state.components["kafka-2"] = {"ports": {"broker": 3, "controller": 4}}
     for unit in ("kafka", "kafka-2"):
         (tmp_path / unit / "data").mkdir(parents=True)
         (tmp_path / unit / "data" / "meta.properties").write_text("x")
-    manager._set_kafka_shape(paths, state, 1, "plaintext")  # the shape it has: untouched
+    set_kafka_shape(paths, state, 1, "plaintext")  # the shape it has: untouched
     assert (tmp_path / "kafka-2" / "data").is_dir()
-    manager._set_kafka_shape(paths, state, 3, "sasl_ssl")
+    set_kafka_shape(paths, state, 3, "sasl_ssl")
     assert not (tmp_path / "kafka" / "data").exists()
     assert not (tmp_path / "kafka-2" / "data").exists()
     assert "kafka-2" not in state.components and "cluster_id" not in state.components["kafka"]
-    assert manager._kafka_shape(state) == (3, "sasl_ssl")
-    assert manager._units(state, ["redis", "kafka"]) == ["redis", "kafka", "kafka-2", "kafka-3"]
+    assert kafka_shape(state) == (3, "sasl_ssl")
+    assert units_of(state, ["redis", "kafka"]) == ["redis", "kafka", "kafka-2", "kafka-3"]
 
 
 def test_missing_java_wipes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -399,15 +402,15 @@ def test_missing_java_wipes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_a_port_race_restarts_the_whole_new_quorum(tmp_path: Path) -> None:
-    paths = manager.StackPaths.resolve(tmp_path)
-    state = manager._State(home=str(tmp_path), s3_access_key="k", s3_secret_key="s")
+    paths = StackPaths.resolve(tmp_path)
+    state = State(home=str(tmp_path), s3_access_key="k", s3_secret_key="s")
     state.components = {"kafka": {"brokers": 3}, "kafka-2": {}, "kafka-3": {}, "redis": {}}
     raced = ["kafka-2", "redis"]
     # All nodes were started together: a raced one takes them all along (ports renewed).
     everything = ["redis", "kafka", "kafka-2", "kafka-3"]
-    assert manager._with_whole_quorum(paths, state, raced, everything) == everything
+    assert with_whole_quorum(paths, state, raced, everything) == everything
     # A node rejoining running ones cannot move: only the others are retried.
-    assert manager._with_whole_quorum(paths, state, raced, ["redis", "kafka-2"]) == ["redis"]
+    assert with_whole_quorum(paths, state, raced, ["redis", "kafka-2"]) == ["redis"]
 
 
 def test_status_of_a_home_without_stack_has_one_plaintext_broker(tmp_path: Path) -> None:

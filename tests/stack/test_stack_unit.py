@@ -387,20 +387,20 @@ def test_schema_registry_is_a_default_component(tmp_path: Path) -> None:
 
 
 def test_postgres_and_connect_start_only_when_asked_for() -> None:
-    from bergstream.devstack.stack.manager import _select, _stages
+    from bergstream.devstack.stack.startup import select_components, start_stages
 
     assert stack.DEFAULT_COMPONENTS == ("redis", "s3", "kafka", "schema-registry")
     assert set(stack.COMPONENTS) == {*stack.DEFAULT_COMPONENTS, "postgres", "connect"}
-    assert _select(None) == list(stack.DEFAULT_COMPONENTS)
+    assert select_components(None) == list(stack.DEFAULT_COMPONENTS)
     # Connect needs Kafka: asking for it brings Kafka along, started (and ready) first.
-    assert _select({"postgres", "connect"}) == ["kafka", "postgres", "connect"]
-    assert _select("connect") == ["kafka", "connect"]
-    assert _select({"postgres"}) == ["postgres"]
-    assert _stages(["kafka", "kafka-2", "postgres", "connect"]) == [
+    assert select_components({"postgres", "connect"}) == ["kafka", "postgres", "connect"]
+    assert select_components("connect") == ["kafka", "connect"]
+    assert select_components({"postgres"}) == ["postgres"]
+    assert start_stages(["kafka", "kafka-2", "postgres", "connect"]) == [
         ["kafka", "kafka-2", "postgres"],
         ["connect"],
     ]
-    assert _stages(["redis", "postgres"]) == [["redis", "postgres"]]
+    assert start_stages(["redis", "postgres"]) == [["redis", "postgres"]]
 
 
 def test_env_exports_postgres_and_connect(tmp_path: Path) -> None:
