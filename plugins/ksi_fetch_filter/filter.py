@@ -25,7 +25,6 @@ from bergstream.core.api import (
     component_log,
     resolve_lake,
 )
-from bergstream.plugins.ksi_fetch_filter.batch_encoder import warm_up as warm_up_encoder
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdsetError
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
 from bergstream.plugins.ksi_fetch_filter.kafka_state import (
@@ -348,6 +347,10 @@ class KsiFactory(FilterFactory[KsiConfig]):
     async def start(self) -> None:
         """Create the coldset store (the catalog is opened on the first read) and load the
         batch encoder's compiled kernels, so the first cold Fetch does not wait for them."""
+        # Imported here: the encoder's compiled kernels (numba) are loaded when the proxy
+        # starts, not by `config check`, which only constructs this factory.
+        from bergstream.plugins.ksi_fetch_filter.batch_encoder import warm_up as warm_up_encoder
+
         _ = self.store
         await asyncio.to_thread(warm_up_encoder)
 
