@@ -180,10 +180,12 @@ def resolve_pipeline_lake(
     lake's raw sections (a lake built in code). Checkpoints default to
     ``$BERGSTREAM_HOME/lake/checkpoints`` (``home`` as in ``resolve_lake``)."""
     lake = resolve_lake(config, home)
+    # Sections plugins define are the lake's extra keys (absent when the file leaves them out).
+    sections = config.model_extra or {}
     if pipeline is None:
-        pipeline = LakePipelineConfig.model_validate(config.pipeline)
+        pipeline = LakePipelineConfig.model_validate(sections.get("pipeline", {}))
     if maintenance is None:
-        maintenance = LakeMaintenanceConfig.model_validate(config.maintenance)
+        maintenance = LakeMaintenanceConfig.model_validate(sections.get("maintenance", {}))
     checkpoints = pipeline.checkpoint_dir or bergstream_home(home) / "lake" / "checkpoints"
     return PipelineLake(
         **{item.name: getattr(lake, item.name) for item in fields(ResolvedLake)},
