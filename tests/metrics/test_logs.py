@@ -148,3 +148,19 @@ def test_the_log_format_is_chosen_on_the_command_line_or_in_the_config(
     assert result.exit_code == 0
     handler = next(h for h in logging.getLogger().handlers if h.get_name() == "bergstream")
     assert type(handler.formatter).__name__ == "JsonFormatter"
+
+
+def test_verbose_logging_keeps_numba_compiler_passes_out(restore_root: None) -> None:
+    """``-v`` shows bergstream's and the clients' debug lines, not numba's IR dumps."""
+    saved = logging.getLogger("numba").level
+    stream = io.StringIO()
+    try:
+        configure_logging(logging.DEBUG, "text", stream)
+        logging.getLogger("numba.core.ssa").debug("on stmt: $x = arg(0)")
+        logging.getLogger("bergstream.runner").debug("starting isk")
+        logging.getLogger("numba.core.caching").info("cache hit")
+    finally:
+        logging.getLogger("numba").setLevel(saved)
+    written = stream.getvalue()
+    assert "starting isk" in written and "cache hit" in written
+    assert "on stmt" not in written
