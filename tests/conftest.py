@@ -15,7 +15,7 @@ import pytest
 
 from bergstream.devstack.stack.env import StackEnv
 from bergstream.devstack.stack.ports import free_port_block
-from tests.support import ProxyProcess, start_bergstream_run
+from tests.support import ProxyProcess, file_groups, start_bergstream_run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,28 +51,75 @@ SLOW_FILES_FIRST = (
 )
 
 
+#: Session fixtures that start heavy servers, and the xdist group of the files that use them.
+#: Files sharing a heavy fixture (directly or through another file that uses two) run on one
+#: worker (``--dist loadgroup``): each server starts once per run, not once per worker, and a
+#: test that restarts its brokers (tests/failover) cannot disturb another worker's tests. Other
+#: files are a group each (what ``--dist loadfile`` does).
+HEAVY_FIXTURES = {
+    "trino": "trino",
+    "secure_stack": "secure-kafka",
+    "cdc_stack_env": "cdc",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run :data:`SLOW_FILES_FIRST` first (a stable sort keeps every file's own order)."""
+    """Run :data:`SLOW_FILES_FIRST` first (a stable sort keeps every file's own order), and mark
+    each file's tests with its xdist group (:data:`HEAVY_FIXTURES`)."""
     rank = {path: index for index, path in enumerate(SLOW_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+    items.sort(key=lambda item: rank.get(_file_of(item), len(rank)))
+    groups = file_groups(
+        (_file_of(item), HEAVY_FIXTURES[name])
+        for item in items
+        for name in getattr(item, "fixturenames", ())
+        if name in HEAVY_FIXTURES
+    )
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups.get(_file_of(item), _file_of(item))))
+
+
+def _file_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def shared_home(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """``BERGSTREAM_HOME`` of a stack every xdist worker of this run shares (the run's base
+    temporary directory, the workers' parent). ``stack_up`` is idempotent and holds the home's
+    lock: the first worker starts the stack, the others find it running.
+    :func:`pytest_sessionfinish` stops it once every worker is done."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return root / SHARED_STACKS / name
+
+
+#: The folder (under the run's base temporary directory) of the stacks the workers share.
+SHARED_STACKS = "shared-stacks"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In the controller (or a run without xdist): stop the shared stacks."""
+    if hasattr(session.config, "workerinput"):
+        return
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None:
+        return
+    folder = factory.getbasetemp() / SHARED_STACKS
+    if not folder.is_dir():
+        return
+    from bergstream.devstack.stack import stack_down
+
+    for home in sorted(folder.iterdir()):
+        stack_down(home=home)
 
 
 @pytest.fixture(scope="session")
-def stack_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """The real local stack (Kafka KRaft, S3, Redis), started once per session by the same code
-    as ``bergstream stack up`` and stopped by PID at the end."""
-    from bergstream.devstack.stack import stack_down, stack_up
+def stack_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The real local stack (Kafka KRaft, S3, Redis, the Schema Registry), started by the same
+    code as ``bergstream stack up`` once per run and shared by the xdist workers
+    (:func:`shared_home`); stopped by PID when the run ends."""
+    from bergstream.devstack.stack import stack_up
 
-    home = tmp_path_factory.mktemp("bergstream-home")
-    try:
-        env = stack_up(home=home)
-    except Exception:
-        stack_down(home=home)
-        raise
-    try:
-        yield env.as_dict()
-    finally:
-        stack_down(home=home)
+    return stack_up(home=shared_home(tmp_path_factory, "stack")).as_dict()
 
 
 #: KIP-368 session lifetime the secured stack's brokers grant: short, so clients that stay

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,3 +239,18 @@ def s3_error(call: Callable[[], Any]) -> tuple[str, int]:
 def sort_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` in (partition, offset) order."""
     return sorted(rows, key=lambda row: (row["kafka_partition"], row["kafka_offset"]))
+
+
+def file_groups(uses: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """``(file, heavy group)`` pairs -> each file's group: the heavy groups one file uses
+    together are merged into one (named by their sorted names joined with ``+``)."""
+    used: dict[str, set[str]] = {}
+    for file, group in uses:
+        used.setdefault(file, set()).add(group)
+    merged: list[set[str]] = []
+    for groups in used.values():
+        overlapping = [m for m in merged if m & groups]
+        union = set(groups).union(*overlapping)
+        merged = [m for m in merged if not m & groups] + [union]
+    names = {group: "+".join(sorted(m)) for m in merged for group in m}
+    return {file: names[next(iter(groups))] for file, groups in used.items()}

@@ -359,24 +359,26 @@ def _printed_instructions_work(out: str, rows: int) -> None:
     assert scanned.to_arrow().num_rows == rows
 
 
-def _printed_trino_settings_work(out: str, rows: int, workdir: Path) -> None:
-    """Create the catalog the quickstart printed for Trino, property for property, in a Trino
-    476 started for this check, and run the printed query."""
+def _printed_trino_settings_work(out: str, rows: int, trino: TrinoServer) -> None:
+    """Create the catalog the quickstart printed for Trino, property for property, in the
+    session's Trino 476 (under a name of its own: other tests add catalogs there too), and run
+    the printed query on it."""
     block = _search(r"(?ms)^  Trino .*?\n((?:    [a-z0-9.-]+=\S+\n)+)    trino> (.*?);$", out)
     properties = dict(line.strip().split("=", 1) for line in block[1].splitlines())
     assert properties["iceberg.rest-catalog.vended-credentials-enabled"] == "true"
     assert not any("access-key" in key or "secret" in key for key in properties)
-    server = TrinoServer(workdir)
+    catalog = f"quickstart_{uuid.uuid4().hex[:8]}"
+    query = block[2]
+    assert query.startswith("SELECT count(*) FROM isk."), query
+    trino.query(create_catalog_sql(catalog, properties))
     try:
-        server.start()
-        server.query(create_catalog_sql("isk", properties))
-        assert server.query(block[2]).scalar() == rows
+        assert trino.query(query.replace(" isk.", f" {catalog}.", 1)).scalar() == rows
     finally:
-        server.stop()
+        trino.query(f"DROP CATALOG {catalog}")
 
 
 @pytest.mark.slow
-def test_quickstart_runs_end_to_end(tmp_path: Path) -> None:
+def test_quickstart_runs_end_to_end(tmp_path: Path, trino: TrinoServer) -> None:
     catalog, s3 = free_ports(2)
     proxy = free_port_block(PROXY_PORTS)
     home = tmp_path / "home"
@@ -480,7 +482,7 @@ def test_quickstart_runs_end_to_end(tmp_path: Path) -> None:
             assert needle in out
 
         _printed_instructions_work(out, produced + 1)
-        _printed_trino_settings_work(out, produced + 1, tmp_path / "trino")
+        _printed_trino_settings_work(out, produced + 1, trino)
 
         # What the output claims holds afterwards: Kafka really lost the cold offsets, and
         # ISK, KSI and the stack keep running for the user's own clients.

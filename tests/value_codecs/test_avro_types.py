@@ -304,3 +304,30 @@ def test_references_are_resolved() -> None:
     registry[("money", 2)] = RegisteredSchema(4, "JSON", "{}")
     with pytest.raises(SchemaNotExpressible, match="is JSON, not Avro"):
         _type(payment, refs, resolve)
+
+
+def test_fastavro_parses_against_the_specification_where_this_parser_follows_it() -> None:
+    """Why the codec parses schemas itself (plugins/value_codecs/avro/schema.py): fastavro
+    refuses an invalid decimal the specification says to ignore, and accepts what Iceberg
+    cannot hold. When this fails, fastavro changed: reconsider using it."""
+    from fastavro.schema import SchemaParseException, parse_schema
+
+    bad_decimal = {
+        "type": "record",
+        "name": "r",
+        "fields": [
+            {
+                "name": "a",
+                "type": {"type": "bytes", "logicalType": "decimal", "precision": 2, "scale": 5},
+            }
+        ],
+    }
+    with pytest.raises(SchemaParseException):
+        parse_schema(bad_decimal)
+    assert _shape(_type(bad_decimal)) == [("a", "binary", True)]  # ignored, as the spec says
+    twice = {"type": "record", "name": "r", "fields": [{"name": "x", "type": "int"}] * 2}
+    recursive = {"type": "record", "name": "r", "fields": [{"name": "n", "type": ["null", "r"]}]}
+    for schema in (twice, recursive):
+        parse_schema(schema)
+        with pytest.raises(SchemaNotExpressible):
+            _type(schema)

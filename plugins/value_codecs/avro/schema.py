@@ -5,6 +5,15 @@ Logical types follow the Avro specification: an invalid one (a date on a string,
 scale exceeds its precision) is ignored and the node is its underlying type. A named type used
 twice is the same node object both times (the tree is a DAG); a record that contains itself is
 refused with :class:`SchemaNotExpressible`, as Iceberg has no recursive types.
+
+Why not ``fastavro.parse_schema``: it does not parse by the specification on the points that
+decide whether a registered schema is served (fastavro 1.13.1, checked here): it raises on a
+decimal whose scale exceeds its precision, which the specification (and Java's Avro, which the
+registries run) ignore, so records written under such a registered schema would not decode; it
+accepts two fields of one name and recursive records, which have no Iceberg schema; and its
+output is again JSON-like dicts with named types as strings, so a tree like this one would still
+be built on top. Speed does not decide it: a schema is parsed once per schema id. fastavro is a
+test dependency: the property tests and benches use it as the reference writer and reader.
 """
 
 from __future__ import annotations
