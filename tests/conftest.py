@@ -15,7 +15,13 @@ import pytest
 
 from bergstream.devstack.stack.env import StackEnv
 from bergstream.devstack.stack.ports import free_port_block
-from tests.support import ProxyProcess, file_groups, start_bergstream_run
+from tests.support import (
+    CDC_COMPONENTS,
+    SECURE_REAUTH_MS,
+    ProxyProcess,
+    file_groups,
+    start_bergstream_run,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,12 +33,12 @@ os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(REPO / "tests" / ".hyp
 #: two xdist workers (a whole file each at a time) finish together instead of one waiting on a
 #: long file picked up last. Files not listed keep their order after these.
 SLOW_FILES_FIRST = (
-    "tests/cdc/test_cdc_current.py",
+    "tests/current_state/test_cdc_current.py",
     "tests/pipeline/test_cluster.py",
     "tests/pipeline/test_crash.py",
     "tests/failover/test_failover.py",
     "tests/pipeline/test_crash_state.py",
-    "tests/isk_current/test_current_upsert.py",
+    "tests/isk/current/test_current_upsert.py",
     "tests/integration/test_quickstart.py",
     "tests/pipeline/test_round_trip.py",
     "tests/ksi/test_property.py",
@@ -40,14 +46,14 @@ SLOW_FILES_FIRST = (
     "tests/metrics/test_isk_metrics.py",
     "tests/pipeline/test_typed_evolution_formats.py",
     "tests/pipeline/test_state_tables.py",
-    "tests/isk_current/test_current_compacted.py",
-    "tests/isk_current/test_current_debezium.py",
-    "tests/isk_secure/test_isk_secure.py",
+    "tests/isk/current/test_current_compacted.py",
+    "tests/isk/current/test_current_debezium.py",
+    "tests/isk/secure/test_isk_secure.py",
     "tests/pipeline/test_typed_pipeline.py",
     "tests/pipeline/test_typed_plain_json.py",
     "tests/integration/test_proxy_secure.py",
-    "tests/isk_current/test_rejected_append.py",
-    "tests/isk_load/test_isk_load.py",
+    "tests/isk/current/test_rejected_append.py",
+    "tests/isk/load/test_isk_load.py",
 )
 
 
@@ -120,11 +126,6 @@ def stack_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     from bergstream.devstack.stack import stack_up
 
     return stack_up(home=shared_home(tmp_path_factory, "stack")).as_dict()
-
-
-#: KIP-368 session lifetime the secured stack's brokers grant: short, so clients that stay
-#: connected through bergstream re-authenticate during the tests.
-SECURE_REAUTH_MS = 20_000
 
 
 @pytest.fixture(scope="session")
@@ -245,11 +246,6 @@ def run_proxy(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Pr
     yield start
     for proxy in started:
         proxy.stop()
-
-
-#: What :func:`cdc_stack_env` starts: Kafka Connect with Debezium reading PostgreSQL, with the
-#: registry for Avro and S3 beside them.
-CDC_COMPONENTS = frozenset({"kafka", "s3", "schema-registry", "postgres", "connect"})
 
 
 @pytest.fixture(scope="session")

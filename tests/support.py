@@ -22,6 +22,15 @@ from bergstream.core.row_contract import record_to_row
 
 REPO = Path(__file__).resolve().parent.parent
 
+#: KIP-368 session lifetime the secured stack's brokers grant (the ``secure_stack`` fixture of
+#: tests/conftest.py): short, so clients that stay connected through bergstream re-authenticate
+#: during the tests.
+SECURE_REAUTH_MS = 20_000
+
+#: What the ``cdc_stack_env`` fixture of tests/conftest.py starts: Kafka Connect with Debezium
+#: reading PostgreSQL, with the registry for Avro and S3 beside them.
+CDC_COMPONENTS = frozenset({"kafka", "s3", "schema-registry", "postgres", "connect"})
+
 
 @dataclass
 class ProxyProcess:

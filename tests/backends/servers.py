@@ -91,16 +91,6 @@ def redis_case(url: str, **options: object) -> CacheCase:
     return CacheCase("redis", open_cache, corrupt)
 
 
-def flush_redis_prefix(url: str, prefix: str) -> None:
-    """Delete every key under ``prefix``."""
-    client = redis.Redis.from_url(url)
-    try:
-        for name in client.scan_iter(match=f"{prefix}*", count=1000):
-            client.delete(name)
-    finally:
-        client.close()
-
-
 class OwnServer:
     """A Redis or SeaweedFS server of one test (its own stack home, ports and PID), started
     and stopped by the same code as ``bergstream stack up/down``, so the test can kill it

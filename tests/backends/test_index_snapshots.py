@@ -32,7 +32,7 @@ from bergstream.plugins.index_backends.sqlite_index import (
     IndexEntryError,
     SqliteIndex,
 )
-from tests.unit.test_docs import context, registered
+from tests.kits.hook_examples import context, registered
 
 OPENERS: dict[str, Callable[[Path], IndexBackend]] = {
     "sqlite": lambda location: SqliteIndex(location / "index.sqlite"),

@@ -20,7 +20,7 @@ from minio import Minio
 
 from bergstream.devstack.stack.ports import free_ports
 from tests.backends.servers import OwnServer, S3Settings
-from tests.isk_e2e.helpers import Gateway, attach_isk, duckdb_connection, produce
+from tests.kits.isk_gateway import Gateway, attach_isk, duckdb_connection, produce
 from tests.support import REPO, consume_rows, sort_rows, start_bergstream_run, wait_until
 
 pytestmark = pytest.mark.slow

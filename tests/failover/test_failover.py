@@ -29,10 +29,10 @@ from bergstream.devstack.stack import kafka_security, stack_status, stack_up
 from bergstream.devstack.stack.env import StackEnv
 from bergstream.devstack.stack.ports import free_port_block, free_ports
 from bergstream.devstack.stack.procs import pid_alive
-from tests.conftest import SECURE_REAUTH_MS
-from tests.ksi.stack_kit import run_pipeline_once
+from tests.kits.ksi_stack import pipeline_once
 from tests.support import (
     BERGSTREAM,
+    SECURE_REAUTH_MS,
     ProxyProcess,
     secure_lake_yaml,
     start_bergstream_run,
@@ -341,13 +341,6 @@ def table_rows(rows: list[dict[str, Any]]) -> list[Row]:
 
 
 # --------------------------------------------------------------------------- configs
-
-
-def pipeline_once(stack: StackEnv, config: Path, topic: str) -> dict[str, Any]:
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in stack.as_dict().items():
-            patch.setenv(name, value)
-        return run_pipeline_once(config, topic)
 
 
 def delete_below(stack: StackEnv, topic: str, offset: int) -> None:

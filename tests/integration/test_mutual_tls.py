@@ -18,8 +18,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bergstream.core.api import KafkaClientSettings
 from bergstream.devstack.stack.env import StackEnv
 from bergstream.devstack.stack.ports import free_port_block
-from tests.isk_secure.test_isk_secure import start_gateway, stop
-from tests.ksi.stack_kit import run_pipeline_once
+from tests.kits.isk_secure_gateway import start_gateway, stop
+from tests.kits.ksi_stack import run_pipeline_once
 from tests.support import (
     consume_values,
     secure_lake_yaml,

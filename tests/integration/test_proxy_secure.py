@@ -234,7 +234,7 @@ def test_long_lived_connections_reauthenticate_through_the_proxy(
     stays connected for 2.5 lifetimes re-authenticates on its connections, which the broker
     would otherwise close. The proxy relays the exchange mid-stream and opens no new
     connection for it."""
-    from tests.conftest import SECURE_REAUTH_MS
+    from tests.support import SECURE_REAUTH_MS
 
     topic = new_secure_topic(partitions=1)
     config = _client(secure_proxy, secure_stack_env)

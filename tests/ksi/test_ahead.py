@@ -15,7 +15,7 @@ from bergstream.plugins.ksi_fetch_filter.ahead import AheadKey, Built, BuiltAhea
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
 from bergstream.plugins.ksi_fetch_filter.planner import FetchAsk, plan_fetch
 from bergstream.plugins.ksi_fetch_filter.store import ColdStore
-from tests.ksi.coldset_kit import make_lake, make_record, write_cold
+from tests.kits.coldset_tables import make_lake, make_record, write_cold
 
 BUDGET = 3_000
 BATCH_MAX_BYTES = 1_024

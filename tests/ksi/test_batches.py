@@ -12,7 +12,7 @@ from bergstream.plugins.ksi_fetch_filter.batches import build_cold_batches
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdRead
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
 from bergstream.plugins.ksi_fetch_filter.store import ColdStore
-from tests.ksi.coldset_kit import ColdRow, make_lake, make_record, write_cold
+from tests.kits.coldset_tables import ColdRow, make_lake, make_record, write_cold
 
 
 def _read(tmp_path: Path, rows: list[ColdRow], boundary: int, offset: int = 0) -> ColdRead:

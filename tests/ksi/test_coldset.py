@@ -11,7 +11,7 @@ from bergstream.plugins.ksi_fetch_filter.cache import ByteBoundedCache
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdsetError
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
 from bergstream.plugins.ksi_fetch_filter.store import ColdStore
-from tests.ksi.coldset_kit import make_lake, make_record, write_cold
+from tests.kits.coldset_tables import make_lake, make_record, write_cold
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bergstream.devstack.stack import kafka_tool_command
-from tests.ksi.stack_kit import (
+from tests.kits.ksi_stack import (
     Seen,
     delete_records_below,
     lake_yaml,

@@ -4,7 +4,6 @@ the coldset, topic ids resolved out of band, faults turned into retriable errors
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,20 +19,25 @@ from bergstream.core.proxy.codec import (
     decode_response,
     encode_response,
     field_entity_type,
-    field_names,
     make_request_header,
     request_schema,
     response_schema,
 )
-from bergstream.core.records import read_records, split_batches
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
 from bergstream.plugins.ksi_fetch_filter.filter import KsiFactory, KsiFilter, KsiSetupError
-from tests.ksi.coldset_kit import ksi_config_model, make_lake, make_record, write_cold
-
-TOPIC = "orders"
-TOPIC_ID = uuid.UUID(int=42)
-HIGH_WATERMARK = 1_000
-BOUNDARY = 600
+from tests.kits.coldset_tables import make_lake, make_record, write_cold
+from tests.kits.ksi_filter import (
+    ALL_TOPIC_OPERATIONS,
+    BOUNDARY,
+    HIGH_WATERMARK,
+    TOPIC,
+    TOPIC_ID,
+    build_known,
+    fake_upstream,
+    fetch_request,
+    ksi_factory,
+    records_in,
+)
 
 
 @pytest.fixture
@@ -44,123 +48,21 @@ def lake(tmp_path: Path) -> ResolvedLake:
     return lake
 
 
-def _factory(
-    lake: ResolvedLake,
-    catalog_error: bool = False,
-    topics: tuple[str, ...] | None = (TOPIC,),
-    **settings: Any,
-) -> KsiFactory:
-    """A factory serving ``topics`` (None: every topic with a table in the namespace)."""
-    context = FilterFactoryContext("test", ksi_config_model(lake), cast(PluginRegistry, None))
-    listed = None if topics is None else list(topics)
-    factory = KsiFactory(KsiConfig(topics=listed, **settings), context)
-    if catalog_error:
-
-        def broken(_: ResolvedLake) -> Any:
-            raise OSError("catalog unreachable")
-
-        factory.store._catalog_factory = broken
-    return factory
-
-
-#: A topic's authorized operations for a principal allowed everything (what a broker answers:
-#: READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS).
-ALL_TOPIC_OPERATIONS = sum(1 << bit for bit in (3, 4, 5, 6, 7, 8, 10, 11))
-
-
-async def _upstream(request: Any) -> Any:
-    """Kafka's side of out-of-band requests: Metadata (topic ids) and ListOffsets LATEST."""
-    schema = response_schema(request.__api_key__, request.__version__)
-    if request.__api_key__ == ApiKey.METADATA:
-        topic_type = field_entity_type(schema, "topics")
-        return build(
-            schema,
-            topics=(
-                build(
-                    topic_type,
-                    name=TOPIC,
-                    topic_id=TOPIC_ID,
-                    topic_authorized_operations=ALL_TOPIC_OPERATIONS,
-                ),
-            ),
-        )
-    topic_type = field_entity_type(schema, "topics")
-    partition_type = field_entity_type(topic_type, "partitions")
-    return build(
-        schema,
-        topics=tuple(
-            build(
-                topic_type,
-                name=t.name,
-                partitions=tuple(
-                    build(
-                        partition_type,
-                        partition_index=p.partition_index,
-                        offset=HIGH_WATERMARK,
-                        timestamp=-1,
-                    )
-                    for p in t.partitions
-                ),
-            )
-            for t in request.topics
-        ),
-    )
-
-
-def _make(entity_type: type[Any], **values: Any) -> Any:
-    """``build`` with the values the entity's version has."""
-    names = field_names(entity_type)
-    return build(entity_type, **{k: v for k, v in values.items() if k in names})
-
-
-def _fetch(
-    version: int, offsets: dict[int, int], max_bytes: int = 10**8, topic: str = TOPIC
-) -> tuple[Any, Any]:
-    schema = request_schema(ApiKey.FETCH, version)
-    topic_type = field_entity_type(schema, "topics")
-    partition_type = field_entity_type(topic_type, "partitions")
-    request = _make(
-        schema,
-        replica_id=-1,
-        max_bytes=max_bytes,
-        session_id=7,
-        session_epoch=3,
-        topics=(
-            _make(
-                topic_type,
-                topic=topic,
-                topic_id=TOPIC_ID,
-                partitions=tuple(
-                    _make(
-                        partition_type,
-                        partition=p,
-                        fetch_offset=o,
-                        partition_max_bytes=10**6,
-                        current_leader_epoch=-1,
-                    )
-                    for p, o in offsets.items()
-                ),
-            ),
-        ),
-    )
-    return make_request_header(ApiKey.FETCH, version, 11, "client"), request
-
-
 def _kafka_fetch_response(version: int, partitions: dict[int, int], topic: str = TOPIC) -> Any:
     """Kafka's answer: each partition with the error code given."""
     schema = response_schema(ApiKey.FETCH, version)
     topic_type = field_entity_type(schema, "responses")
     partition_type = field_entity_type(topic_type, "partitions")
-    return _make(
+    return build_known(
         schema,
         session_id=7,
         responses=(
-            _make(
+            build_known(
                 topic_type,
                 topic=topic,
                 topic_id=TOPIC_ID,
                 partitions=tuple(
-                    _make(
+                    build_known(
                         partition_type,
                         partition_index=p,
                         error_code=code,
@@ -175,24 +77,20 @@ def _kafka_fetch_response(version: int, partitions: dict[int, int], topic: str =
     )
 
 
-def _records(partition: Any) -> list[Any]:
-    return [r for batch in split_batches(partition.records) for r in read_records(batch)]
-
-
 @pytest.mark.parametrize("version", [4, 11, 12, 13, 17, 18])
 async def test_a_cold_fetch_is_answered_from_the_coldset(lake: ResolvedLake, version: int) -> None:
-    factory = _factory(lake)
+    factory = ksi_factory(lake)
     await factory.start()
-    context = FakeFilterContext(upstream=_upstream)
-    header, request = _fetch(version, {0: 0, 1: 300})
+    context = FakeFilterContext(upstream=fake_upstream)
+    header, request = fetch_request(version, {0: 0, 1: 300})
     action = await KsiFilter(factory).on_request(header, request, context)
     assert isinstance(action, ShortCircuit)
     frame = encode_response(11, action.response)
     _, response = decode_response(1, version, frame[4:])
     (topic,) = response.responses
     parts = {p.partition_index: p for p in topic.partitions}
-    assert _records(parts[0]) == [make_record(o) for o in range(250)]  # one data file's rows
-    assert _records(parts[1])[0] == make_record(300)
+    assert records_in(parts[0]) == [make_record(o) for o in range(250)]  # one data file's rows
+    assert records_in(parts[1])[0] == make_record(300)
     assert parts[0].high_watermark == HIGH_WATERMARK
     if version >= 5:
         assert parts[0].log_start_offset == 0
@@ -200,14 +98,14 @@ async def test_a_cold_fetch_is_answered_from_the_coldset(lake: ResolvedLake, ver
 
 
 def _upstream_granting(operations: int | None, error_code: int = 0) -> Any:
-    """``_upstream``, with Metadata telling this topic's authorized operations (or an error)."""
+    """``fake_upstream``, with Metadata telling this topic's authorized operations (or an error)."""
 
     async def upstream(request: Any) -> Any:
         if (
             request.__api_key__ != ApiKey.METADATA
             or not request.include_topic_authorized_operations
         ):
-            return await _upstream(request)
+            return await fake_upstream(request)
         schema = response_schema(request.__api_key__, request.__version__)
         topic_type = field_entity_type(schema, "topics")
         return build(
@@ -239,10 +137,10 @@ async def test_a_principal_kafka_would_not_let_read_gets_no_cold_offsets(
 ) -> None:
     """The broker decides, on the client's own connection: KSI forwards the whole Fetch, so
     Kafka refuses the cold offsets exactly as it refuses hot ones."""
-    factory = _factory(lake)
+    factory = ksi_factory(lake)
     await factory.start()
     context = FakeFilterContext(upstream=_upstream_granting(operations, error_code))
-    header, request = _fetch(12, {0: 0, 1: 300})
+    header, request = fetch_request(12, {0: 0, 1: 300})
     action = await KsiFilter(factory).on_request(header, request, context)
     assert isinstance(action, Forward)
     forwarded = [(p.partition, p.fetch_offset) for t in action.payload.topics for p in t.partitions]
@@ -254,32 +152,32 @@ async def test_a_principal_kafka_would_not_let_read_gets_no_cold_offsets(
 
 
 async def test_the_brokers_read_answer_is_cached_per_connection(lake: ResolvedLake) -> None:
-    factory = _factory(lake)
+    factory = ksi_factory(lake)
     await factory.start()
-    context = FakeFilterContext(upstream=_upstream)
+    context = FakeFilterContext(upstream=fake_upstream)
     ksi = KsiFilter(factory)
     for _ in range(3):
-        header, request = _fetch(12, {0: 0})
+        header, request = fetch_request(12, {0: 0})
         assert isinstance(await ksi.on_request(header, request, context), ShortCircuit)
     checks = [r for r in context.sent if r.__api_key__ == ApiKey.METADATA]
     assert len(checks) == 1
     # Another connection (another principal, maybe) asks the broker itself.
     other = FakeFilterContext(upstream=_upstream_granting(0, 29))
-    header, request = _fetch(12, {0: 0})
+    header, request = fetch_request(12, {0: 0})
     assert isinstance(await KsiFilter(factory).on_request(header, request, other), Forward)
     await factory.close()
 
 
 async def test_an_unanswered_authorization_check_serves_nothing(lake: ResolvedLake) -> None:
-    factory = _factory(lake)
+    factory = ksi_factory(lake)
     await factory.start()
 
     async def no_metadata(request: Any) -> Any:
         if request.__api_key__ == ApiKey.METADATA:
             raise TimeoutError("no answer")
-        return await _upstream(request)
+        return await fake_upstream(request)
 
-    header, request = _fetch(12, {0: 0})
+    header, request = fetch_request(12, {0: 0})
     action = await KsiFilter(factory).on_request(
         header, request, FakeFilterContext(upstream=no_metadata)
     )
@@ -289,11 +187,11 @@ async def test_an_unanswered_authorization_check_serves_nothing(lake: ResolvedLa
 
 
 async def test_a_mixed_fetch_goes_half_upstream_and_comes_back_whole(lake: ResolvedLake) -> None:
-    factory = _factory(lake)
+    factory = ksi_factory(lake)
     await factory.start()
-    context = FakeFilterContext(upstream=_upstream)
+    context = FakeFilterContext(upstream=fake_upstream)
     ksi = KsiFilter(factory)
-    header, request = _fetch(13, {0: 10, 1: 700})
+    header, request = fetch_request(13, {0: 10, 1: 700})
     action = await ksi.on_request(header, request, context)
     assert isinstance(action, Forward)
     forwarded = action.payload
@@ -305,18 +203,18 @@ async def test_a_mixed_fetch_goes_half_upstream_and_comes_back_whole(lake: Resol
     (topic,) = answer.payload.responses
     parts = {p.partition_index: p for p in topic.partitions}
     assert set(parts) == {0, 1}
-    assert _records(parts[0])[0] == make_record(10)
+    assert records_in(parts[0])[0] == make_record(10)
     assert parts[1].log_start_offset == 0  # coherent with what the coldset serves
     assert answer.payload.session_id == 0
     await factory.close()
 
 
 async def test_hot_fetches_and_other_topics_pass(lake: ResolvedLake) -> None:
-    factory = _factory(lake)
+    factory = ksi_factory(lake)
     await factory.start()
-    header, request = _fetch(12, {0: BOUNDARY, 1: 900})
+    header, request = fetch_request(12, {0: BOUNDARY, 1: 900})
     action = await KsiFilter(factory).on_request(
-        header, request, FakeFilterContext(upstream=_upstream)
+        header, request, FakeFilterContext(upstream=fake_upstream)
     )
     assert isinstance(action, Forward)
     assert action.payload.topics == request.topics
@@ -324,11 +222,11 @@ async def test_hot_fetches_and_other_topics_pass(lake: ResolvedLake) -> None:
 
 
 async def test_max_bytes_bounds_the_cold_answer(lake: ResolvedLake) -> None:
-    factory = _factory(lake, batch_max_bytes=2048)
+    factory = ksi_factory(lake, batch_max_bytes=2048)
     await factory.start()
-    header, request = _fetch(12, {0: 0, 1: 0}, max_bytes=5000)
+    header, request = fetch_request(12, {0: 0, 1: 0}, max_bytes=5000)
     action = await KsiFilter(factory).on_request(
-        header, request, FakeFilterContext(upstream=_upstream)
+        header, request, FakeFilterContext(upstream=fake_upstream)
     )
     assert isinstance(action, ShortCircuit)
     sizes = [len(p.records) for t in action.response.responses for p in t.partitions]
@@ -379,9 +277,9 @@ def _kafka_offsets(answers: dict[int, tuple[int, int]], topic: str = TOPIC) -> A
 async def test_list_offsets_earliest_and_by_time_reach_into_the_coldset(
     lake: ResolvedLake,
 ) -> None:
-    factory = _factory(lake)
+    factory = ksi_factory(lake)
     await factory.start()
-    context = FakeFilterContext(upstream=_upstream)
+    context = FakeFilterContext(upstream=fake_upstream)
     ksi = KsiFilter(factory)
     wanted = make_record(123).timestamp
     header, request = _list_offsets({0: -2, 1: wanted})
@@ -404,11 +302,11 @@ async def test_list_offsets_earliest_and_by_time_reach_into_the_coldset(
 async def test_a_failing_coldset_gives_retriable_errors_never_a_silent_skip(
     lake: ResolvedLake,
 ) -> None:
-    factory = _factory(lake, catalog_error=True)
+    factory = ksi_factory(lake, catalog_error=True)
     await factory.start()
-    context = FakeFilterContext(upstream=_upstream)
+    context = FakeFilterContext(upstream=fake_upstream)
     ksi = KsiFilter(factory)
-    header, request = _fetch(12, {0: 0})
+    header, request = fetch_request(12, {0: 0})
     action = await ksi.on_request(header, request, context)
     assert isinstance(action, Forward)  # Kafka may still hold the offset
     kafka = _kafka_fetch_response(12, {0: int(ErrorCode.offset_out_of_range)})
@@ -425,13 +323,13 @@ async def test_a_failing_coldset_gives_retriable_errors_never_a_silent_skip(
 
 
 async def test_an_internal_failure_answers_a_retriable_error(lake: ResolvedLake) -> None:
-    factory = _factory(lake)
+    factory = ksi_factory(lake)
     await factory.start()
 
     async def down(request: Any) -> Any:
         raise ConnectionError("upstream gone")
 
-    header, request = _fetch(13, {0: 0})
+    header, request = fetch_request(13, {0: 0})
     action = await KsiFilter(factory).on_request(header, request, FakeFilterContext(upstream=down))
     assert isinstance(action, ErrorResponse)
     assert action.error_code == ErrorCode.kafka_storage_error
@@ -456,11 +354,11 @@ def test_topics_take_names_or_mappings() -> None:
 async def test_an_offset_below_the_coldset_goes_to_kafka(tmp_path: Path) -> None:
     lake = make_lake(tmp_path)
     write_cold(lake, TOPIC, [(0, 0, make_record(o)) for o in range(100, 200)], {0: 200})
-    factory = _factory(lake)
+    factory = ksi_factory(lake)
     await factory.start()
     ksi = KsiFilter(factory)
-    context = FakeFilterContext(upstream=_upstream)
-    header, request = _fetch(12, {0: 50})
+    context = FakeFilterContext(upstream=fake_upstream)
+    header, request = fetch_request(12, {0: 50})
     action = await ksi.on_request(header, request, context)
     assert isinstance(action, Forward)  # neither store may hold it: Kafka answers
     kafka = _kafka_fetch_response(12, {0: int(ErrorCode.offset_out_of_range)})
@@ -478,16 +376,16 @@ async def test_an_offset_below_the_coldset_goes_to_kafka(tmp_path: Path) -> None
 async def test_a_topic_with_a_table_is_served_without_being_listed(
     lake: ResolvedLake, topics: tuple[str, ...] | None, version: int
 ) -> None:
-    factory = _factory(lake, topics=topics)
+    factory = ksi_factory(lake, topics=topics)
     await factory.start()
-    context = FakeFilterContext(upstream=_upstream)
+    context = FakeFilterContext(upstream=fake_upstream)
     ksi = KsiFilter(factory)
-    header, request = _fetch(version, {0: 0, 1: 300})
+    header, request = fetch_request(version, {0: 0, 1: 300})
     action = await ksi.on_request(header, request, context)
     assert isinstance(action, ShortCircuit)
     parts = {p.partition_index: p for p in action.response.responses[0].partitions}
-    assert _records(parts[0])[0] == make_record(0)
-    assert _records(parts[1])[0] == make_record(300)
+    assert records_in(parts[0])[0] == make_record(0)
+    assert records_in(parts[1])[0] == make_record(300)
     header, request = _list_offsets({0: -2})
     assert isinstance(await ksi.on_request(header, request, context), Forward)
     answer = await ksi.on_response(header, _kafka_offsets({0: (500, -1)}), context)
@@ -497,11 +395,11 @@ async def test_a_topic_with_a_table_is_served_without_being_listed(
 
 
 async def test_without_topics_a_topic_without_a_table_passes_through(lake: ResolvedLake) -> None:
-    factory = _factory(lake, topics=None)
+    factory = ksi_factory(lake, topics=None)
     await factory.start()
-    context = FakeFilterContext(upstream=_upstream)
+    context = FakeFilterContext(upstream=fake_upstream)
     ksi = KsiFilter(factory)
-    header, request = _fetch(12, {0: 0}, topic="clicks")
+    header, request = fetch_request(12, {0: 0}, topic="clicks")
     action = await ksi.on_request(header, request, context)
     assert isinstance(action, Forward) and action.payload.topics == request.topics
     kafka = _kafka_fetch_response(12, {0: int(ErrorCode.offset_out_of_range)}, topic="clicks")
@@ -521,15 +419,15 @@ async def test_fetch_sessions_stay_on_until_a_served_topic_is_fetched(
     """KIP-227: a connection fetching only topics KSI does not serve keeps its fetch session
     (incremental fetches pass as they are); once it fetches a served topic, its Fetches go
     without a session, also those of other topics."""
-    factory = _factory(lake)
+    factory = ksi_factory(lake)
     await factory.start()
-    context = FakeFilterContext(upstream=_upstream)
+    context = FakeFilterContext(upstream=fake_upstream)
     ksi = KsiFilter(factory)
-    header, other = _fetch(12, {0: 0}, topic="clicks")
+    header, other = fetch_request(12, {0: 0}, topic="clicks")
     action = await ksi.on_request(header, other, context)
     assert isinstance(action, Forward) and action.payload == other
     assert (action.payload.session_id, action.payload.session_epoch) == (7, 3)
-    header, hot = _fetch(12, {0: BOUNDARY})
+    header, hot = fetch_request(12, {0: BOUNDARY})
     action = await ksi.on_request(header, hot, context)
     assert isinstance(action, Forward)
     assert (action.payload.session_id, action.payload.session_epoch) == (0, -1)
@@ -544,29 +442,29 @@ async def test_fetch_sessions_stay_on_until_a_served_topic_is_fetched(
 
 async def test_a_table_created_after_start_is_served_without_a_restart(tmp_path: Path) -> None:
     lake = make_lake(tmp_path)
-    factory = _factory(lake, topics=None, namespace_refresh_seconds=0.2)
+    factory = ksi_factory(lake, topics=None, namespace_refresh_seconds=0.2)
     await factory.start()
-    context = FakeFilterContext(upstream=_upstream)
+    context = FakeFilterContext(upstream=fake_upstream)
     ksi = KsiFilter(factory)
-    header, request = _fetch(12, {0: 0})
+    header, request = fetch_request(12, {0: 0})
     assert isinstance(await ksi.on_request(header, request, context), Forward)  # no table yet
     write_cold(lake, TOPIC, [(0, 0, make_record(o)) for o in range(100)], {0: 100})
     await asyncio.sleep(0.25)
     action = await ksi.on_request(header, request, context)
     assert isinstance(action, ShortCircuit)
     (part,) = action.response.responses[0].partitions
-    assert _records(part) == [make_record(o) for o in range(100)]
+    assert records_in(part) == [make_record(o) for o in range(100)]
     await factory.close()
 
 
 async def test_without_topics_a_failing_catalog_gives_retriable_errors(
     lake: ResolvedLake,
 ) -> None:
-    factory = _factory(lake, catalog_error=True, topics=None)
+    factory = ksi_factory(lake, catalog_error=True, topics=None)
     await factory.start()
-    context = FakeFilterContext(upstream=_upstream)
+    context = FakeFilterContext(upstream=fake_upstream)
     ksi = KsiFilter(factory)
-    header, request = _fetch(12, {0: 0, 1: 900})
+    header, request = fetch_request(12, {0: 0, 1: 900})
     action = await ksi.on_request(header, request, context)
     assert isinstance(action, Forward)  # Kafka may still hold the offsets
     kafka = _kafka_fetch_response(12, {0: int(ErrorCode.offset_out_of_range), 1: 0})

@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from bergstream.core.api import ApiKey, KafkaClientSettings, kafka_request, open_kafka_connection
 from bergstream.core.proxy.codec import build, field_entity_type, request_schema
-from tests.ksi.stack_kit import Seen, make_records, run_pipeline_once, seen_from_confluent
+from tests.kits.ksi_stack import Seen, make_records, run_pipeline_once, seen_from_confluent
 from tests.support import (
     ProxyProcess,
     secure_lake_yaml,

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.ksi.stack_kit import (
+from tests.kits.ksi_stack import (
     Outgoing,
     Seen,
     delete_records_below,

@@ -8,7 +8,7 @@ import pyarrow as pa
 from bergstream.core.api import ROW_ARROW_SCHEMA, Record
 from bergstream.core.row_contract import record_to_row
 from bergstream.plugins.ksi_fetch_filter.segments import PAYLOAD_COLUMNS, decode_segment
-from tests.ksi.coldset_kit import make_record
+from tests.kits.coldset_tables import make_record
 
 
 def _table(rows: list[tuple[int, Record]]) -> pa.Table:

@@ -15,7 +15,7 @@ from bergstream.plugins.ksi_fetch_filter.coldset import ColdsetError
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
 from bergstream.plugins.ksi_fetch_filter.store import ColdStore
 from bergstream.plugins.ksi_fetch_filter.topics import RETRY_SECONDS, ServedTopics
-from tests.ksi.coldset_kit import make_lake, make_record, write_cold
+from tests.kits.coldset_tables import make_lake, make_record, write_cold
 
 LOG = logging.getLogger("tests.ksi.topics")
 

@@ -42,8 +42,8 @@ from bergstream.plugins.ksi_fetch_filter.planner import FetchAsk, plan_fetch
 from bergstream.plugins.ksi_fetch_filter.store import ColdStore
 from bergstream.plugins.ksi_fetch_filter.typed import Reencoder, TypedTables
 from bergstream.plugins.value_codecs.avro.codec import AvroCodec
-from tests.ksi.avro_kit import KEY_SCHEMA, PAYMENT_V1, key_bytes, payment_v2, value_bytes
-from tests.ksi.coldset_kit import make_lake, make_record, write_cold
+from tests.kits.avro_wire import KEY_SCHEMA, PAYMENT_V1, key_bytes, payment_v2, value_bytes
+from tests.kits.coldset_tables import make_lake, make_record, write_cold
 from tests.ksi.typed_kit import KafkaRow, contract_rows, write_typed
 
 TOPIC = "t"

@@ -34,7 +34,7 @@ from bergstream.core.api import (
 )
 from bergstream.core.schema_registry import SchemaRegistrySettings
 from bergstream.plugins.value_codecs.avro.codec import AvroCodec
-from tests.ksi.avro_kit import (
+from tests.kits.avro_wire import (
     KEY_SCHEMA,
     PAYMENT_V1,
     key_bytes,
@@ -42,7 +42,7 @@ from tests.ksi.avro_kit import (
     payment_v2,
     value_bytes,
 )
-from tests.ksi.stack_kit import (
+from tests.kits.ksi_stack import (
     Seen,
     seen_from_aiokafka,
     seen_from_confluent,

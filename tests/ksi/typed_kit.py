@@ -25,7 +25,7 @@ from bergstream.core.api import (
     load_catalog,
 )
 from bergstream.core.row_contract import record_to_row
-from tests.ksi.coldset_kit import TEST_SPEC
+from tests.kits.coldset_tables import TEST_SPEC
 
 #: (partition, timestamp type, record): a record as it sits in Kafka.
 KafkaRow = tuple[int, int, Record]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bergstream.devstack.stack.ports import free_ports
-from tests.ksi.stack_kit import lake_yaml, run_pipeline_once
+from tests.kits.ksi_stack import lake_yaml, run_pipeline_once
 from tests.metrics.scrape import Samples, sample, scrape, total
 from tests.support import ProxyProcess, start_bergstream_run
 

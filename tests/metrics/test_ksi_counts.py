@@ -11,8 +11,15 @@ from bergstream.core.proxy.api import Forward, ShortCircuit
 from bergstream.core.proxy.codec import decode_response, encode_response
 from bergstream.plugins.ksi_fetch_filter.filter import KsiFilter
 from bergstream.plugins.ksi_fetch_filter.metrics import KSI_COLD_FETCHES, KSI_COLD_RECORDS
-from tests.ksi.coldset_kit import make_lake, make_record, write_cold
-from tests.ksi.test_filter import BOUNDARY, TOPIC, _factory, _fetch, _records, _upstream
+from tests.kits.coldset_tables import make_lake, make_record, write_cold
+from tests.kits.ksi_filter import (
+    BOUNDARY,
+    TOPIC,
+    fake_upstream,
+    fetch_request,
+    ksi_factory,
+    records_in,
+)
 
 
 def counted() -> tuple[float, float]:
@@ -27,24 +34,24 @@ async def test_cold_partitions_and_their_records_are_counted(tmp_path: Path) -> 
     lake = make_lake(tmp_path)
     rows = [(p, 0, make_record(o)) for p in (0, 1) for o in range(BOUNDARY)]
     write_cold(lake, TOPIC, rows, {0: BOUNDARY, 1: BOUNDARY}, rows_per_file=250)
-    factory = _factory(lake)
+    factory = ksi_factory(lake)
     await factory.start()
     try:
         fetches, records = counted()
-        header, request = _fetch(12, {0: 0, 1: 300})
+        header, request = fetch_request(12, {0: 0, 1: 300})
         action: Any = await KsiFilter(factory).on_request(
-            header, request, FakeFilterContext(upstream=_upstream)
+            header, request, FakeFilterContext(upstream=fake_upstream)
         )
         assert isinstance(action, ShortCircuit)
         _, response = decode_response(1, 12, encode_response(11, action.response)[4:])
-        served = sum(len(_records(p)) for p in response.responses[0].partitions)
+        served = sum(len(records_in(p)) for p in response.responses[0].partitions)
         assert served > 0
         assert counted() == (fetches + 2, records + served)
 
         # Hot partitions (at or above the boundary) go to Kafka and are not counted.
-        header, request = _fetch(12, {0: BOUNDARY, 1: BOUNDARY + 10})
+        header, request = fetch_request(12, {0: BOUNDARY, 1: BOUNDARY + 10})
         action = await KsiFilter(factory).on_request(
-            header, request, FakeFilterContext(upstream=_upstream)
+            header, request, FakeFilterContext(upstream=fake_upstream)
         )
         assert isinstance(action, Forward)
         assert counted() == (fetches + 2, records + served)

@@ -19,8 +19,8 @@ import pytest
 
 from bergstream.core.records import Record
 from bergstream.devstack.stack.ports import free_port_block
-from tests.ksi.coldset_kit import make_lake, write_cold
-from tests.ksi.stack_kit import delete_records_below, lake_yaml, make_records, produce
+from tests.kits.coldset_tables import make_lake, write_cold
+from tests.kits.ksi_stack import delete_records_below, lake_yaml, make_records, produce
 from tests.metrics.scrape import scrape, total
 from tests.support import start_bergstream_run, wait_until
 

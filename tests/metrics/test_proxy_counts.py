@@ -19,7 +19,7 @@ from bergstream.core.proxy import codec
 from bergstream.core.proxy.api import ProxyFilter, ShortCircuit
 from bergstream.core.proxy.server import ProxyServer
 from bergstream.core.proxy.stats import PUBLISH_SECONDS, api_label, cluster_stats
-from tests.proxy.proxy_testkit import FactoryOf, FakeBroker, cluster_config, response_for
+from tests.kits.proxy import FactoryOf, FakeBroker, cluster_config, response_for
 
 PRODUCE, METADATA = ApiKey.PRODUCE, ApiKey.METADATA
 HEARTBEAT, LIST_GROUPS = ApiKey.HEARTBEAT, ApiKey.LIST_GROUPS

@@ -12,7 +12,7 @@ import pytest
 
 from bergstream.core.lake import LakeCatalogConfig, LakeConfig, LakeS3Config
 from bergstream.pipeline.settings import PipelineLake, resolve_pipeline_lake
-from tests.pipeline.lake_testkit import TOPIC_CONFIG
+from tests.kits.lake import TOPIC_CONFIG
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from typing import Any
 from bergstream.core.api import VALUE_ERROR_COLUMN
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import run_pipeline
-from tests.isk_e2e.helpers import Gateway, attach_isk, duckdb_connection
+from tests.kits.isk_gateway import Gateway, attach_isk, duckdb_connection
 from tests.pipeline.typed_kit import typing_for
 
 Row = tuple[Any, ...]

@@ -1,15 +1,15 @@
 """Helpers of the typed-table property test (:mod:`tests.pipeline.test_typed_property`).
 
 Many independently generated Avro schemas go through one topic and one pipeline run: each
-generated schema (:func:`tests.value_codecs.avro_gen.avro_schemas`) becomes one field of a
+generated schema (:func:`tests.kits.avro_gen.avro_schemas`) becomes one field of a
 wrapping record (:func:`wrapper_schema`), its named types renamed with a per-example prefix so no
 two examples clash. Each example draws its own values, the last :data:`LIBERAL` of them also
-written with the liberties Avro allows (:class:`tests.value_codecs.noncanonical.LiberalWriter`);
+written with the liberties Avro allows (:class:`tests.kits.avro_noncanonical.LiberalWriter`);
 record ``r`` of the topic holds value ``r`` of every example. Around those records: records that
 do not decode (no framing, unknown schema id, truncated, trailing bytes) and tombstones
 (:func:`plan_records`).
 
-Values are compared at the normalized level of :mod:`tests.value_codecs.avro_gen`: fastavro's
+Values are compared at the normalized level of :mod:`tests.kits.avro_gen`: fastavro's
 decoding of the canonical bytes (:func:`expected_values`) against the Arrow values of PyIceberg
 (``from_arrow``, through :func:`as_pyiceberg`), of the data files read with pyarrow and of Spark
 (:func:`from_spark`).
@@ -52,11 +52,13 @@ from bergstream.plugins.isk_gateway.tables.lake_schemas import LakeSchemas
 from bergstream.plugins.isk_gateway.tables.layouts import TopicLayouts
 from bergstream.plugins.value_codecs.avro.schema import PRIMITIVES, AvroNode, parse_avro
 from bergstream.plugins.value_codecs.avro.types import branch_names, is_null, union_parts
-from tests.isk_tables.support import open_table
-from tests.isk_typed.avro_kit import codecs_settings, typed_context
-from tests.ksi.avro_kit import framed
-from tests.ksi.stack_kit import Seen, start_ksi_proxy
-from tests.pipeline.lake_testkit import Produced, consume_all, produce
+from tests.kits.avro_gen import avro_schemas, from_fastavro, values_of
+from tests.kits.avro_noncanonical import LiberalWriter
+from tests.kits.avro_registry import codecs_settings, typed_context
+from tests.kits.avro_wire import framed
+from tests.kits.hotset_reader import open_table
+from tests.kits.ksi_stack import Seen, start_ksi_proxy
+from tests.kits.lake import Produced, consume_all, produce
 from tests.pipeline.typed_kit import (
     coldset,
     decoder_of,
@@ -64,8 +66,6 @@ from tests.pipeline.typed_kit import (
     truth_table,
     typing_for,
 )
-from tests.value_codecs.avro_gen import avro_schemas, from_fastavro, values_of
-from tests.value_codecs.noncanonical import LiberalWriter
 
 #: A function drawing with hypothesis' ``data()`` (see :func:`generation_only`).
 Drawing = Callable[[st.DataObject], None]
@@ -414,6 +414,15 @@ def coldset_file_rows(table: Table) -> list[dict[str, Any]]:
 def by_position(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows sorted by (partition, offset)."""
     return sorted(rows, key=lambda r: (r["kafka_partition"], r["kafka_offset"]))
+
+
+def by_position_seen(records: list[Any]) -> list[tuple[Any, ...]]:
+    """Records as KSI's reader returns them, by (partition, offset)."""
+    return sorted(
+        (r.partition, r.record.offset, r.record.timestamp, r.record.key, r.record.value,
+         tuple(r.record.headers))
+        for r in records
+    )  # fmt: skip
 
 
 def as_pyiceberg(node: AvroNode, value: Any) -> Any:

@@ -12,7 +12,7 @@ from bergstream.core.lake import ResolvedLake
 from bergstream.pipeline.describe import describe_table
 from bergstream.pipeline.session import attach_catalog
 from bergstream.pipeline.stream import run_pipeline
-from tests.pipeline.lake_testkit import (
+from tests.kits.lake import (
     Produced,
     consume_all,
     produce,
@@ -21,7 +21,7 @@ from tests.pipeline.lake_testkit import (
     table_rows_pyiceberg,
     table_rows_spark,
 )
-from tests.pipeline.rest_catalog import RestCatalogServer
+from tests.kits.rest_catalog import RestCatalogServer
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import pytest
 
 from bergstream.core.config import load_config
 from bergstream.pipeline.settings import pipeline_lake
-from tests.pipeline.lake_testkit import Produced, produce
+from tests.kits.lake import Produced, produce
 
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lake.yaml"

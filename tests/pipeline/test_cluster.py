@@ -24,7 +24,7 @@ import pytest
 from bergstream.core.lake import LakeConfig
 from bergstream.devstack.stack.ports import free_ports
 from bergstream.pipeline.settings import resolve_pipeline_lake
-from tests.pipeline.lake_testkit import consume_all, table_rows_pyiceberg
+from tests.kits.lake import consume_all, table_rows_pyiceberg
 from tests.pipeline.spark_cluster import Executor, StandaloneCluster
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,8 @@ import pytest
 
 from bergstream.core.lake import LakeConfig
 from bergstream.pipeline.settings import resolve_pipeline_lake
-from tests.pipeline.lake_testkit import Produced, consume_all, produce, table_rows_pyiceberg
+from tests.kits.lake import Produced, consume_all, produce, table_rows_pyiceberg
+from tests.pipeline.pipeline_process import commits_since, start_run
 
 pytestmark = pytest.mark.slow
 
@@ -52,17 +53,6 @@ def _config(path: Path, bootstrap: str, home: Path) -> Path:
     return path
 
 
-def _start(config: Path, topic: str, log: Path, once: bool = False) -> subprocess.Popen[bytes]:
-    command = [BERGSTREAM, "pipeline", "run", "-c", str(config), "--topic", topic]
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [*command, "--once"] if once else command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: the kill takes Python and the JVM
-        )
-
-
 def _producer(bootstrap: str, topic: str, stop: threading.Event, sent: list[int]) -> None:
     index = 0
     while not stop.is_set() and index < 30_000:
@@ -74,12 +64,6 @@ def _producer(bootstrap: str, topic: str, stop: threading.Event, sent: list[int]
         index += len(chunk)
         sent[0] = index
         stop.wait(2.0)
-
-
-def _commits_since(log: Path, offset: int) -> int:
-    with open(log, "rb") as handle:
-        handle.seek(offset)
-        return sum(1 for line in handle if line.startswith(b"batch "))
 
 
 def _caught_up(log: Path, offset: int, total: int) -> bool:
@@ -105,7 +89,7 @@ def _wait_for_commits(
     ever be (``produced_all()``: the total once the producer has finished): no more commits
     would come."""
     deadline = time.monotonic() + timeout
-    while _commits_since(log, offset) < count:
+    while commits_since(log, offset) < count:
         total = produced_all()
         if total is not None and _caught_up(log, offset, total):
             return
@@ -137,7 +121,7 @@ def test_sigkill_at_random_moments(
     try:
         for kill in range(KILLS):
             seen = log.stat().st_size if log.exists() else 0
-            process = _start(config, topic, log)
+            process = start_run(config, topic, log)
             if kill % 2:
                 # Anywhere from start-up to the middle of copying.
                 time.sleep(rng.uniform(2.0, 20.0))
@@ -156,7 +140,7 @@ def test_sigkill_at_random_moments(
             assert process.poll() is None, f"the pipeline exited early:\n{log.read_text()[-3000:]}"
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=60)
-            commits = _commits_since(log, seen)
+            commits = commits_since(log, seen)
             killed_while_copying += commits > 0
             if rng.random() < 0.35:
                 shutil.rmtree(lake.checkpoint_dir / f"coldset.{topic}", ignore_errors=True)
@@ -168,7 +152,7 @@ def test_sigkill_at_random_moments(
 
     # SIGTERM stops a continuous run cleanly (exit 0) after its current batch.
     seen = log.stat().st_size
-    process = _start(config, topic, log)
+    process = start_run(config, topic, log)
     deadline = time.monotonic() + 120
     while b"copying topic" not in log.read_bytes()[seen:]:
         assert time.monotonic() < deadline and process.poll() is None, log.read_text()[-3000:]
@@ -177,7 +161,7 @@ def test_sigkill_at_random_moments(
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
 
-    final = _start(config, topic, log, once=True)
+    final = start_run(config, topic, log, once=True)
     assert final.wait(timeout=300) == 0, log.read_text()[-5000:]
 
     truth = consume_all(kafka_bootstrap, topic, PARTITIONS)

@@ -19,8 +19,8 @@ import pytest
 from bergstream.core.lake import LakeConfig, load_catalog
 from bergstream.core.row_contract import table_boundary
 from bergstream.pipeline.settings import resolve_pipeline_lake
-from tests.pipeline.lake_testkit import Produced, consume_all, produce
-from tests.pipeline.test_crash import _commits_since, _start
+from tests.kits.lake import Produced, consume_all, produce
+from tests.pipeline.pipeline_process import commits_since, start_run
 
 pytestmark = pytest.mark.slow
 
@@ -96,25 +96,25 @@ def test_sigkill_keeps_the_state_exactly_once(
     try:
         for kill in range(KILLS):
             seen = log.stat().st_size if log.exists() else 0
-            process = _start(config, topic, log)
+            process = start_run(config, topic, log)
             deadline = time.monotonic() + 300
             # Once this run has committed a batch to the log table, kill it at a random
             # moment: within the state step right after a log commit, or later.
-            while _commits_since(log, seen) < 1:
+            while commits_since(log, seen) < 1:
                 assert process.poll() is None, log.read_text()[-3000:]
                 assert time.monotonic() < deadline, log.read_text()[-3000:]
                 time.sleep(0.05)
             time.sleep(rng.uniform(0.0, 1.5))
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=60)
-            logged, states = _commits_since(log, seen), _state_commits_since(log, seen)
+            logged, states = commits_since(log, seen), _state_commits_since(log, seen)
             between += logged > states
             print(f"kill {kill + 1}: {logged} log commit(s), {states} state commit(s)")
     finally:
         stop.set()
         producer.join(timeout=120)
 
-    final = _start(config, topic, log, once=True)
+    final = start_run(config, topic, log, once=True)
     assert final.wait(timeout=300) == 0, log.read_text()[-5000:]
 
     truth = consume_all(kafka_bootstrap, topic, PARTITIONS)

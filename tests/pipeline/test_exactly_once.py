@@ -17,7 +17,7 @@ from bergstream.core.lake import ResolvedLake, load_catalog
 from bergstream.core.row_contract import BOUNDARY_PROPERTY, parse_boundary, table_boundary
 from bergstream.devstack.stack import kafka_tool_command
 from bergstream.pipeline.stream import run_pipeline
-from tests.pipeline.lake_testkit import (
+from tests.kits.lake import (
     Produced,
     consume_all,
     produce,

@@ -24,7 +24,7 @@ from bergstream.pipeline.kafka_fetch import (
     split_ranges,
 )
 from bergstream.pipeline.stream import kafka_rows
-from tests.pipeline.lake_testkit import Produced, produce
+from tests.kits.lake import Produced, produce
 
 pytestmark = pytest.mark.slow
 

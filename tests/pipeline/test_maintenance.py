@@ -17,7 +17,7 @@ from bergstream.core.lake import ResolvedLake, load_catalog
 from bergstream.core.row_contract import table_boundary
 from bergstream.pipeline.maintain import maintain_table
 from bergstream.pipeline.stream import run_pipeline
-from tests.pipeline.lake_testkit import Produced, consume_all, produce, table_rows_pyiceberg
+from tests.kits.lake import Produced, consume_all, produce, table_rows_pyiceberg
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ from bergstream.pipeline.session import PipelineSetupError, attach_catalog, buil
 from bergstream.pipeline.settings import PipelineLake, pipeline_lake
 from bergstream.pipeline.stream import PipelineError, run_pipeline, worker_fetch_settings
 from bergstream.pipeline.typed import topic_typing
-from tests.isk_typed.avro_kit import typed_context
+from tests.kits.avro_registry import typed_context
 from tests.pipeline.typed_kit import coldset, sorted_rows
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,7 @@ from bergstream.core.row_contract import (
     record_to_row,
 )
 from bergstream.pipeline.stream import run_pipeline
-from tests.pipeline.lake_testkit import (
+from tests.kits.lake import (
     Produced,
     consume_all,
     produce,
@@ -29,40 +29,9 @@ from tests.pipeline.lake_testkit import (
     table_rows_pyiceberg,
     table_rows_spark,
 )
+from tests.kits.record_strategies import PARTITIONS, records
 
 pytestmark = pytest.mark.slow
-
-PARTITIONS = 3
-#: 9999-12-31T23:59:59.999Z, the last millisecond Python's datetime (and Spark) can show.
-FAR_FUTURE_MS = 253_402_300_799_999
-
-
-def _repeated(size: int, pattern: bytes) -> bytes:
-    return (pattern * (size // len(pattern) + 1))[:size]
-
-
-def blobs(max_size: int) -> st.SearchStrategy[bytes]:
-    """Small random bytes, or large ones (up to ``max_size``) made by repeating a pattern."""
-    large = st.builds(_repeated, st.integers(0, max_size), st.binary(min_size=1, max_size=16))
-    return st.one_of(st.binary(max_size=64), large)
-
-
-headers = st.lists(
-    st.tuples(
-        st.sampled_from(["a", "b", "ключ", "鍵", "🔑", ""]) | st.text(max_size=12),
-        st.none() | st.binary(max_size=48),
-    ),
-    max_size=20,
-).map(tuple)
-
-records = st.builds(
-    Produced,
-    partition=st.integers(0, PARTITIONS - 1),
-    key=st.none() | st.just(b"") | blobs(10_000),
-    value=st.none() | st.just(b"") | blobs(1_000_000),
-    headers=headers,
-    timestamp=st.sampled_from([0, 1, FAR_FUTURE_MS]) | st.integers(0, FAR_FUTURE_MS),
-)
 
 
 @pytest.mark.timeout(1500)

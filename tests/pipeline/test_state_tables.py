@@ -15,7 +15,7 @@ from bergstream.core.row_contract import table_boundary
 from bergstream.core.table_modes import TableModeRule
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import run_pipeline
-from tests.pipeline.lake_testkit import Produced, produce
+from tests.kits.lake import Produced, produce
 
 pytestmark = pytest.mark.slow
 

@@ -29,12 +29,12 @@ from bergstream.core.api import (
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import run_pipeline
 from bergstream.pipeline.typed import topic_typing
-from tests.isk_typed.avro_kit import typed_context
-from tests.pipeline.lake_testkit import Produced, produce
+from tests.kits import connect_gen as cg
+from tests.kits.avro_registry import typed_context
+from tests.kits.connect_gen import envelope, field, schema, struct
+from tests.kits.lake import Produced, produce
 from tests.pipeline.property_kit import lake_yaml, read_through_ksi, take_all_records
 from tests.pipeline.typed_kit import FIRST_MS, coldset, sorted_rows
-from tests.value_codecs import connect_gen as cg
-from tests.value_codecs.connect_gen import envelope, field, schema, struct
 
 pytestmark = pytest.mark.slow
 

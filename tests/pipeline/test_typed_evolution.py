@@ -35,11 +35,12 @@ import pytest
 from bergstream.core.api import VALUE_SCHEMA_ID_COLUMN
 from bergstream.devstack.stack.ports import free_ports
 from bergstream.pipeline.settings import PipelineLake
-from tests.isk_e2e.helpers import (
+from tests.kits.isk_gateway import (
     Gateway,
     attach_spark_catalog,
     start_gateway,
 )
+from tests.kits.lake import Produced, produce
 from tests.pipeline.evolution_kit import (
     Row,
     as_row,
@@ -50,7 +51,6 @@ from tests.pipeline.evolution_kit import (
     merged_by_pyiceberg,
     merged_by_spark,
 )
-from tests.pipeline.lake_testkit import Produced, produce
 from tests.pipeline.property_kit import lake_and_codecs_yaml
 from tests.pipeline.typed_kit import FIRST_MS, Forwarder, avro_serializer, coldset
 

@@ -38,18 +38,18 @@ import pytest
 
 from bergstream.core.api import VALUE_SCHEMA_ID_COLUMN
 from bergstream.pipeline.settings import PipelineLake
-from tests.isk_e2e.helpers import (
+from tests.kits.isk_gateway import (
     Gateway,
     attach_spark_catalog,
     start_gateway,
 )
+from tests.kits.lake import Produced, produce
 from tests.pipeline.evolution_kit import (
     as_row,
     by_first,
     check_merged_everywhere,
     copy_all,
 )
-from tests.pipeline.lake_testkit import Produced, produce
 from tests.pipeline.property_kit import lake_and_codecs_yaml
 from tests.pipeline.typed_kit import FIRST_MS, coldset
 

@@ -22,9 +22,10 @@ import pytest
 from bergstream.core.api import VALUE_ERROR_COLUMN, VALUE_SCHEMA_ID_COLUMN
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import run_pipeline
-from tests.ksi.stack_kit import start_ksi_proxy
-from tests.pipeline.lake_testkit import Produced, consume_all, produce, table_rows_spark
+from tests.kits.ksi_stack import start_ksi_proxy
+from tests.kits.lake import Produced, consume_all, produce, table_rows_spark
 from tests.pipeline.property_kit import (
+    by_position_seen,
     coldset_file_rows,
     delete_everything,
     hotset_rows,
@@ -268,12 +269,3 @@ def test_a_topic_of_the_format_round_trips(
     finally:
         proxy.stop()
     assert got == truth_seen, proxy.log()[-3000:]
-
-
-def by_position_seen(records: list[Any]) -> list[tuple[Any, ...]]:
-    """Records as KSI's reader returns them, by (partition, offset)."""
-    return sorted(
-        (r.partition, r.record.offset, r.record.timestamp, r.record.key, r.record.value,
-         tuple(r.record.headers))
-        for r in records
-    )  # fmt: skip

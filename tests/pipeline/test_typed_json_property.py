@@ -2,7 +2,7 @@
 real stack (Kafka, the Apicurio registry) and one Spark session.
 
 Hypothesis draws ``BERGSTREAM_PROPERTY_EXAMPLES`` (60 by default, at least 50) examples, each a
-schema of :func:`tests.value_codecs.json_gen.object_schemas` (every type the codec maps, JSON
+schema of :func:`tests.kits.json_gen.object_schemas` (every type the codec maps, JSON
 text for the rest, nullable and required properties, local ``$ref``s) with its own values. Each
 example is one property ``p<i>`` of one wrapping object schema (its definitions moved to the
 wrapper's ``$defs``), so one topic, one subject and one pipeline run carry them all. Record
@@ -13,7 +13,7 @@ ones. The draw is seeded by ``BERGSTREAM_PROPERTY_SEED`` (fixed by default, ``ra
 new draw; failures print it).
 
 Then: every column PyIceberg reads equals what the JSON values mean (an oracle independent of
-the codec: :func:`tests.value_codecs.json_gen.expected`) and what core's decoder makes of the
+the codec: :func:`tests.kits.json_gen.expected`) and what core's decoder makes of the
 records; Spark reads the same; a row keeps its bytes exactly when they are not the canonical
 text, and undecodable ones keep theirs with a cause; ISK's hotset files hold the coldset's
 rows; after DeleteRecords of everything, KSI serves every record byte for byte.
@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 from bergstream.core.api import VALUE_ERROR_COLUMN, RegisteredSchema
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.plugins.value_codecs.json_schema.types import JsonNode, parse_json_schema
+from tests.kits.json_gen import LiberalWriter, expected, object_schemas, values_of
 from tests.pipeline.property_kit import (
     assert_hotset_is_coldset,
     generation_only,
@@ -44,7 +45,6 @@ from tests.pipeline.property_kit import (
     property_seed,
     spark_rows,
 )
-from tests.value_codecs.json_gen import LiberalWriter, expected, object_schemas, values_of
 
 pytestmark = pytest.mark.slow
 

@@ -33,9 +33,9 @@ from bergstream.core.config import load_config
 from bergstream.devstack.stack.ports import free_ports
 from bergstream.pipeline.settings import PipelineLake, pipeline_lake
 from bergstream.pipeline.stream import PipelineError, run_pipeline, worker_fetch_settings
-from tests.ksi.avro_kit import KEY_SCHEMA, PAYMENT_V1, canonical, framed, key_bytes, payment
-from tests.ksi.avro_kit import payment_v2 as make_payment_v2
-from tests.pipeline.lake_testkit import Produced, produce, s3_settings, table_rows_spark
+from tests.kits.avro_wire import KEY_SCHEMA, PAYMENT_V1, canonical, framed, key_bytes, payment
+from tests.kits.avro_wire import payment_v2 as make_payment_v2
+from tests.kits.lake import Produced, produce, s3_settings, table_rows_spark
 from tests.pipeline.typed_kit import (
     FIRST_MS,
     Forwarder,

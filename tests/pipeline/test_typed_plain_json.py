@@ -22,11 +22,12 @@ from bergstream.pipeline import typed_batch
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import run_pipeline
 from bergstream.pipeline.typed import topic_typing
-from tests.isk_e2e.helpers import start_gateway
-from tests.isk_typed.avro_kit import typed_context
-from tests.ksi.stack_kit import start_ksi_proxy
-from tests.pipeline.lake_testkit import Produced, consume_all, produce, table_rows_spark
+from tests.kits.avro_registry import typed_context
+from tests.kits.isk_gateway import start_gateway
+from tests.kits.ksi_stack import start_ksi_proxy
+from tests.kits.lake import Produced, consume_all, produce, table_rows_spark
 from tests.pipeline.property_kit import (
+    by_position_seen,
     coldset_file_rows,
     delete_everything,
     hotset_rows_of_codecs,
@@ -35,7 +36,6 @@ from tests.pipeline.property_kit import (
     read_through_ksi,
     take_all_records,
 )
-from tests.pipeline.test_typed_formats import by_position_seen
 from tests.pipeline.typed_kit import FIRST_MS, coldset, sorted_rows
 
 pytestmark = pytest.mark.slow

@@ -3,7 +3,7 @@ real stack (Kafka, the Apicurio Schema Registry) and one Spark session.
 
 How many examples, in one Spark run: hypothesis draws ``BERGSTREAM_PROPERTY_EXAMPLES`` (60 by
 default, at least 50) independent examples, each a schema of
-:func:`tests.value_codecs.avro_gen.avro_schemas` (every primitive and logical type, nested
+:func:`tests.kits.avro_gen.avro_schemas` (every primitive and logical type, nested
 records, arrays, maps, enums, fixed, nullable and general unions, defaults) with its own values,
 plus one hand-made example with every feature (:data:`.property_kit.ALL_FEATURES`). Each example
 is one field ``p<i>`` of one wrapping record schema (its named types renamed ``P<i>_...``), so
@@ -42,8 +42,9 @@ from bergstream.core.row_contract import record_to_row
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import run_pipeline
 from bergstream.plugins.value_codecs.avro.schema import AvroNode
-from tests.ksi.stack_kit import Seen
-from tests.pipeline.lake_testkit import Produced, consume_all, produce
+from tests.kits.avro_gen import from_arrow
+from tests.kits.ksi_stack import Seen
+from tests.kits.lake import Produced, consume_all, produce
 from tests.pipeline.property_kit import (
     ALL_FEATURES,
     Planned,
@@ -67,7 +68,6 @@ from tests.pipeline.property_kit import (
     wrapper_value,
 )
 from tests.pipeline.typed_kit import avro_serializer, coldset, sorted_rows, typing_for
-from tests.value_codecs.avro_gen import from_arrow
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 the real stack (Kafka, the Apicurio registry) and one Spark session.
 
 Hypothesis draws ``BERGSTREAM_PROPERTY_EXAMPLES`` (60 by default, at least 50) examples, each a
-message type of :func:`tests.value_codecs.protobuf_gen.message_schemas` (every scalar, enums,
+message type of :func:`tests.kits.protobuf_gen.message_schemas` (every scalar, enums,
 proto3 ``optional``, oneofs, repeated fields packed or not, maps, nested messages, Timestamp,
 Duration, the wrappers and Empty; a quarter of them proto2, with required fields, defaults,
 closed enums and groups) with its own values. Each example is one field ``p<i>`` of one wrapper
@@ -12,7 +12,7 @@ one pipeline run carry them all. Record ``r`` holds value ``r`` of every example
 produced with confluent-kafka's ``ProtobufSerializer`` (the message class compiled at run time
 with grpcio-tools' protoc; it writes map entries in hash order, so such records may keep their
 bytes), the same values serialized deterministically (canonical), the next ones written by hand
-with the liberties the wire format allows (:class:`tests.value_codecs.protobuf_gen.LiberalWriter`:
+with the liberties the wire format allows (:class:`tests.kits.protobuf_gen.LiberalWriter`:
 fields in any order, unpacked and split packed fields, explicit defaults, overridden fields,
 unknown fields, non-minimal varints, map entries in any order; the wrapper's fields shuffled, the
 long index form
@@ -20,7 +20,7 @@ long index form
 ``BERGSTREAM_PROPERTY_SEED`` (fixed by default, ``random`` for a new draw; failures print it).
 
 Then: every column PyIceberg reads equals what the messages mean (an oracle independent of the
-codec: :func:`tests.value_codecs.protobuf_gen.expected`) and what core's decoder makes of the
+codec: :func:`tests.kits.protobuf_gen.expected`) and what core's decoder makes of the
 records; Spark reads the same; a row keeps its bytes exactly when they are not the canonical
 encoding (index ``00``, deterministic serialization), and undecodable ones keep theirs with a
 cause; ISK's hotset files hold the coldset's rows; after DeleteRecords of everything, KSI serves
@@ -46,17 +46,7 @@ from hypothesis import strategies as st
 from bergstream.core.api import VALUE_ERROR_COLUMN
 from bergstream.core.typed_rows import NO_FRAMING
 from bergstream.pipeline.settings import PipelineLake
-from tests.pipeline.property_kit import (
-    UNKNOWN_ID,
-    assert_hotset_is_coldset,
-    generation_only,
-    ksi_after_delete,
-    produce_and_run,
-    property_examples,
-    property_seed,
-    spark_rows,
-)
-from tests.value_codecs.protobuf_gen import (
+from tests.kits.protobuf_gen import (
     GenField,
     GenMessage,
     LiberalWriter,
@@ -67,6 +57,16 @@ from tests.value_codecs.protobuf_gen import (
     proto_file,
     standalone_class,
     varint,
+)
+from tests.pipeline.property_kit import (
+    UNKNOWN_ID,
+    assert_hotset_is_coldset,
+    generation_only,
+    ksi_after_delete,
+    produce_and_run,
+    property_examples,
+    property_seed,
+    spark_rows,
 )
 
 pytestmark = pytest.mark.slow

@@ -1,6 +1,6 @@
 """Helpers of the pipeline's typed-table tests: the ``codecs:`` typing of a topic, schemas
 registered in the stack's registry, records produced with confluent-kafka's ``AvroSerializer``
-(plus the odd ones of :mod:`tests.ksi.avro_kit`), the rows core's decoder makes of them, and a
+(plus the odd ones of :mod:`tests.kits.avro_wire`), the rows core's decoder makes of them, and a
 registry that can be switched off and on (a TCP forwarder)."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from bergstream.core.api import ROW_ARROW_SCHEMA, ROW_SCHEMA, TypedRows, build_l
 from bergstream.core.lake import ResolvedLake, load_catalog
 from bergstream.core.row_contract import record_to_row
 from bergstream.pipeline.typed import TopicTyping, topic_typing
-from tests.isk_typed.avro_kit import typed_context
-from tests.ksi.avro_kit import value_bytes
-from tests.pipeline.lake_testkit import Produced, consume_all
+from tests.kits.avro_registry import typed_context
+from tests.kits.avro_wire import value_bytes
+from tests.kits.lake import Produced, consume_all
 
 #: Kafka timestamp of the first produced record.
 FIRST_MS = 1_714_564_800_000
@@ -75,7 +75,7 @@ def avro_serializer(
 def mixed_records(
     indexes: range, schema_id: int, version: int, serialize: Callable[[Any], bytes], parts: int
 ) -> list[Produced]:
-    """Records ``indexes`` of :func:`tests.ksi.avro_kit.value_bytes`: AvroSerializer's values,
+    """Records ``indexes`` of :func:`tests.kits.avro_wire.value_bytes`: AvroSerializer's values,
     and every 16th record one of each odd kind (non-canonical, tombstone, empty, unframed,
     unknown schema id, trailing bytes, truncated)."""
     return [

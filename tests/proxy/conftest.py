@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from bergstream.core.proxy.server import ProxyServer
-from tests.proxy.proxy_testkit import FakeBroker, FuzzTarget, cluster_config
+from tests.kits.proxy import FakeBroker, FuzzTarget, cluster_config
 
 
 @pytest.fixture

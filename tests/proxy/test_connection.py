@@ -22,7 +22,7 @@ from bergstream.core.proxy.api import (
     ProxyFilter,
     ShortCircuit,
 )
-from tests.proxy.proxy_testkit import FactoryOf, RawClient, response_for
+from tests.kits.proxy import FactoryOf, RawClient, response_for
 
 
 def req(key: int, version: int, **values):
@@ -335,7 +335,7 @@ async def test_node_outside_port_range_is_logged_clearly(fake_broker, start_prox
 
 
 async def test_unreachable_target_closes_client_with_log(start_proxy, caplog):
-    from tests.proxy.proxy_testkit import free_port_block
+    from tests.kits.proxy import free_port_block
 
     proxy = await start_proxy(f"127.0.0.1:{free_port_block(1)}")
     client = await RawClient.connect(bootstrap_of(proxy))

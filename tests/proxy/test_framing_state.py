@@ -19,7 +19,7 @@ from kio.index import load_request_schema, load_response_schema
 from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.connection import ProxyConnection
-from tests.proxy.proxy_testkit import cluster_config
+from tests.kits.proxy import cluster_config
 
 CFG = cluster_config("127.0.0.1:1")
 

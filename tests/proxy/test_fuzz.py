@@ -26,7 +26,7 @@ from kio.index import load_request_schema
 from bergstream.core.kafka_wire.api_keys import ApiKey
 from bergstream.core.proxy import codec
 from bergstream.core.proxy.versions import KIO_VERSIONS
-from tests.proxy.proxy_testkit import FuzzTarget, RawClient
+from tests.kits.proxy import FuzzTarget, RawClient
 
 REQUESTS = [
     (ApiKey.METADATA, 12),

@@ -30,7 +30,7 @@ from bergstream.core.proxy.api import (
     ProxyFilter,
     ShortCircuit,
 )
-from tests.proxy.proxy_testkit import FactoryOf, RawClient, self_signed_cert
+from tests.kits.proxy import FactoryOf, RawClient, self_signed_cert
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,7 @@ from bergstream.core.proxy.server import (
     build_proxy_servers,
 )
 from bergstream.core.registrations import FilterRegistration
-from tests.proxy.proxy_testkit import RawClient, cluster_config, self_signed_cert
+from tests.kits.proxy import RawClient, cluster_config, self_signed_cert
 
 
 class TagConfig(BaseModel, extra="forbid"):
@@ -183,7 +183,7 @@ async def test_mutual_tls_requires_a_client_certificate(fake_broker, start_proxy
 
 
 async def test_tls_toward_the_target(start_proxy, tmp_path):
-    from tests.proxy.proxy_testkit import FakeBroker
+    from tests.kits.proxy import FakeBroker
 
     cert, key = self_signed_cert(tmp_path, "broker")
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -203,7 +203,7 @@ async def test_tls_toward_the_target(start_proxy, tmp_path):
 
 
 async def test_untrusted_target_certificate_closes_client_with_log(start_proxy, tmp_path, caplog):
-    from tests.proxy.proxy_testkit import FakeBroker
+    from tests.kits.proxy import FakeBroker
 
     cert, key = self_signed_cert(tmp_path, "broker")
     other, _ = self_signed_cert(tmp_path, "other")

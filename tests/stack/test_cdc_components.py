@@ -33,7 +33,7 @@ from bergstream.devstack.stack.kafka_connect import (
     apicurio_avro_converter_config,
 )
 from bergstream.devstack.stack.ports import port_is_open
-from tests.cdc_kit import (
+from tests.kits.debezium import (
     JSON_CONVERTER,
     Capture,
     connect_client,
@@ -41,7 +41,7 @@ from tests.cdc_kit import (
     drop_slot,
     wait_running,
 )
-from tests.conftest import CDC_COMPONENTS
+from tests.support import CDC_COMPONENTS
 
 psycopg = pytest.importorskip("psycopg")
 

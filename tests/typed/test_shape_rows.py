@@ -30,7 +30,7 @@ from bergstream.core.api import (
 )
 from bergstream.core.row_contract import version_fit
 from bergstream.plugins.value_codecs.plain_json.codec import PlainJsonCodec
-from tests.typed.test_typed_rows import rows
+from tests.typed.value_rows import rows
 
 LAST_ID = ROW_SCHEMA.highest_field_id
 

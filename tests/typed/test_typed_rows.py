@@ -12,7 +12,6 @@ import pytest
 from pyiceberg.types import LongType, NestedField, StringType, StructType
 
 from bergstream.core.api import (
-    ROW_ARROW_SCHEMA,
     ROW_SCHEMA,
     VALUE_ERROR_COLUMN,
     VALUE_SCHEMA_ID_COLUMN,
@@ -28,6 +27,7 @@ from bergstream.core.api import (
     frame_payloads,
     split_framing,
 )
+from tests.typed.value_rows import rows
 
 
 class LongCodec:
@@ -71,22 +71,6 @@ def schema(schema_id: int, version: int, text: str = "long") -> RegisteredSchema
 
 def codecs() -> TopicCodecs:
     return TopicCodecs("t", SideCodecs({"LONGS": LongCodec()}, "t-value"))
-
-
-def rows(values: list[bytes | None]) -> pa.Table:
-    count = len(values)
-    return pa.Table.from_pydict(
-        {
-            "kafka_partition": [0] * count,
-            "kafka_offset": list(range(count)),
-            "kafka_timestamp": [0] * count,
-            "kafka_timestamp_type": [0] * count,
-            "kafka_key": [None] * count,
-            "kafka_headers": [[]] * count,
-            "kafka_value": values,
-        },
-        schema=ROW_ARROW_SCHEMA,
-    )
 
 
 def framed(schema_id: int, payload: bytes) -> bytes:

@@ -17,12 +17,12 @@ from pydantic.fields import FieldInfo
 
 from bergstream.core import hookspecs
 from bergstream.core.api import ApiKey
-from bergstream.core.backends import ServiceContext
 from bergstream.core.config import BergstreamConfig, ConfigError, parse_config
 from bergstream.core.kafka_client import KafkaClientSettings
 from bergstream.core.plugins import load_registry
 from bergstream.core.sections import section_places
-from tests.unit.test_import_rules import PUBLIC, imports
+from tests.kits.hook_examples import context, hook_example, python_blocks, registered
+from tests.unit.import_reader import PUBLIC, imports
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -210,11 +210,6 @@ def test_every_hook_is_documented_with_an_example():
         assert "@hookimpl" in section, f"hook {name} has no example in docs/hooks.md"
 
 
-def python_blocks(text: str) -> list[str]:
-    """The ``python`` code blocks of a Markdown text."""
-    return re.findall(r"```python\n(.*?)```", text, re.S)
-
-
 def test_every_hooks_example_imports_core_only_through_the_public_module() -> None:
     blocks = python_blocks((DOCS / "hooks.md").read_text())
     assert len(blocks) >= 9  # one per hook and the filter test kit's
@@ -253,28 +248,6 @@ async def test_testing_a_plugin_shows_a_filter_test_that_passes() -> None:
     assert tests, "the example defines no test"
     for test in tests:
         await test()
-
-
-def hook_example(name: str) -> types.ModuleType:
-    """The ``python`` example of hook ``name`` in docs/hooks.md, executed as a module."""
-    text = (DOCS / "hooks.md").read_text()
-    section = text.split(f"## `{name}`", 1)[1].split("\n## ", 1)[0]
-    blocks = python_blocks(section)
-    assert len(blocks) == 1, f"hook {name}: expected one python example, found {len(blocks)}"
-    module = types.ModuleType(f"hooks_md_{name}")
-    exec(compile(blocks[0], f"docs/hooks.md ({name})", "exec"), module.__dict__)
-    return module
-
-
-def registered(name: str, kind: str) -> tuple[Any, Any]:
-    """Load the example of hook ``name``; its only registration of ``kind`` and its config."""
-    registry = load_registry([hook_example(name)], entry_points=False)
-    (registration,) = registry.registrations(kind).values()
-    return registration, registration.config_model.model_validate({})
-
-
-def context() -> ServiceContext:
-    return ServiceContext(BergstreamConfig(), load_registry(entry_points=False), Path("/tmp"))
 
 
 async def test_the_filter_example_refuses_produce_requests() -> None:

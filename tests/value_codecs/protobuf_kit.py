@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, settings
 
 from bergstream.core.api import RegisteredSchema
 from bergstream.plugins.value_codecs.protobuf.codec import ProtobufCodec
-from tests.value_codecs.protobuf_gen import PROTO2, PROTO3
+from tests.kits.protobuf_gen import PROTO2, PROTO3
 
 #: ``PROTOBUF_EXAMPLES`` sets the number of hypothesis examples (60 by default).
 SETTINGS = settings(

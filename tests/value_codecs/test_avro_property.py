@@ -1,8 +1,8 @@
-"""Property tests of the Avro codec against fastavro, the reference: generated schemas and
-values encoded by fastavro decode to the same values (normalized as :mod:`.avro_gen` says), are
-all canonical, and encode back to fastavro's bytes; the same values written with the liberties
-Avro allows (:mod:`.noncanonical`) decode alike with ``keep_bytes`` set exactly when one was
-taken; random mutations of the payloads either fail with a cause (null row, bytes kept) or
+"""Property tests of the Avro codec against fastavro, the reference: generated schemas and values
+encoded by fastavro decode to the same values (normalized as :mod:`tests.kits.avro_gen` says), are
+all canonical, and encode back to fastavro's bytes; the same values written with the liberties Avro
+allows (:mod:`tests.kits.avro_noncanonical`) decode alike with ``keep_bytes`` set exactly when one
+was taken; random mutations of the payloads either fail with a cause (null row, bytes kept) or
 decode with ``keep_bytes`` exactly when re-encoding differs from the payload.
 
 ``AVRO_EXAMPLES`` sets the number of examples (60 by default)."""
@@ -22,8 +22,8 @@ from bergstream.core.api import RegisteredSchema
 from bergstream.plugins.value_codecs.avro.codec import AvroCodec
 from bergstream.plugins.value_codecs.avro.ops import ERRORS
 from bergstream.plugins.value_codecs.avro.schema import parse_avro
-from tests.value_codecs.avro_gen import avro_schemas, from_arrow, from_fastavro, values_of
-from tests.value_codecs.noncanonical import LiberalWriter
+from tests.kits.avro_gen import avro_schemas, from_arrow, from_fastavro, values_of
+from tests.kits.avro_noncanonical import LiberalWriter
 
 CODEC = AvroCodec()
 SETTINGS = settings(

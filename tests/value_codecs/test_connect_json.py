@@ -60,8 +60,8 @@ from bergstream.core.plugins import load_registry
 from bergstream.plugins.value_codecs.connect_json.codec import ConnectJsonCodec
 from bergstream.plugins.value_codecs.connect_json.envelopes import NOT_AN_ENVELOPE, schema_id
 from bergstream.plugins.value_codecs.connect_json.values import decimal_text
-from tests.value_codecs import connect_gen as cg
-from tests.value_codecs.connect_gen import envelope, field, schema, struct
+from tests.kits import connect_gen as cg
+from tests.kits.connect_gen import envelope, field, schema, struct
 
 SUBJECT = "t-value"
 LAST_ID = ROW_SCHEMA.highest_field_id

@@ -26,7 +26,7 @@ from bergstream.core.api import RegisteredSchema
 from bergstream.plugins.value_codecs.json_schema import number_writing as json_enc_numbers
 from bergstream.plugins.value_codecs.json_schema.codec import JsonSchemaCodec, _build, _Compiled
 from bergstream.plugins.value_codecs.json_schema.types import parse_json_schema
-from tests.value_codecs.json_gen import (
+from tests.kits.json_gen import (
     LiberalWriter,
     canonical_bytes,
     expected,

@@ -23,7 +23,7 @@ from bergstream.core.api import RegisteredSchema
 from bergstream.plugins.value_codecs.json_schema.codec import JsonSchemaCodec
 from bergstream.plugins.value_codecs.json_schema.number_reading import read_double, read_long
 from bergstream.plugins.value_codecs.json_schema.types import parse_json_schema
-from tests.value_codecs.json_gen import (
+from tests.kits.json_gen import (
     LiberalWriter,
     canonical_bytes,
     object_schemas,

@@ -1,7 +1,7 @@
 """The ``json-schema`` value codec: JSON Schema -> Iceberg types, decoding with causes, and the
 byte-exact contract (a row with ``keep_bytes`` false encodes back to its payload), by hand-made
 cases and by hypothesis over generated schemas, canonical values, liberal spellings of them
-(:class:`.json_gen.LiberalWriter`) and random mutations.
+(:class:`tests.kits.json_gen.LiberalWriter`) and random mutations.
 
 ``JSON_EXAMPLES`` sets the number of examples of each property test (80 by default)."""
 
@@ -39,7 +39,7 @@ from pyiceberg.types import (
 from bergstream.core.api import RegisteredSchema, SchemaNotExpressible, SchemaReference
 from bergstream.plugins.value_codecs.json_schema.codec import JsonSchemaCodec
 from bergstream.plugins.value_codecs.json_schema.types import parse_json_schema
-from tests.value_codecs.json_gen import (
+from tests.kits.json_gen import (
     LiberalWriter,
     canonical_bytes,
     expected,

@@ -36,7 +36,7 @@ from pyiceberg.types import (
 
 from bergstream.core.api import RegisteredSchema, SchemaNotExpressible, SchemaReference
 from bergstream.plugins.value_codecs.protobuf.codec import ProtobufCodec, read_indexes
-from tests.value_codecs.protobuf_gen import PROTO2, PROTO3, expected, messages
+from tests.kits.protobuf_gen import PROTO2, PROTO3, expected, messages
 
 SETTINGS = settings(
     max_examples=int(os.environ.get("PROTOBUF_EXAMPLES", "60")),

@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bergstream.plugins.value_codecs.protobuf.encoder import compile_encoder, encoder_for
-from tests.value_codecs.protobuf_gen import LiberalWriter, messages
+from tests.kits.protobuf_gen import LiberalWriter, messages
 from tests.value_codecs.protobuf_kit import SETTINGS, SchemaSet, proto2_plain
 
 #: Long tags, packed fixed-width values, wrappers and empties in maps, big nested messages.

@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bergstream.core.api import DecodedValues
-from tests.value_codecs.protobuf_gen import messages
+from tests.kits.protobuf_gen import messages
 from tests.value_codecs.protobuf_kit import SETTINGS, SchemaSet, proto2_plain
 
 SMALL = """
