@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bergstream.core.records import BatchInfo, Record, build_batch, read_records, split_batches
-from bergstream.core.row_contract import ROW_ARROW_SCHEMA, record_to_row
+from bergstream.core.typed.row_contract import ROW_ARROW_SCHEMA, record_to_row
 from bergstream.plugins.isk_gateway.files.synthesis import records_to_table, synthesize_data_file
 
 

@@ -28,12 +28,6 @@ from .choices import (
     ValueCodecChoice,
     choice_settings,
 )
-from .codecs_config import (
-    BY_SCHEMA_TYPE,
-    CodecsSettings,
-    TopicCodecRule,
-    rule_for,
-)
 from .config import BergstreamConfig, ConfigError, load_config
 from .current_state import (
     StateChanges,
@@ -72,7 +66,7 @@ from .lake import (
 )
 from .logs import component_log
 from .models import Bootstrap, StrictModel
-from .plugins import PluginError, PluginRegistry, load_registry
+from .plugins import PluginError, PluginRegistry, command_registry, load_registry
 from .proxy.api import (
     CloseConnection,
     Drop,
@@ -118,7 +112,41 @@ from .registrations import (
     ServiceRegistration,
     ValueCodecRegistration,
 )
-from .row_contract import (
+from .service import Service
+from .state_index import (
+    POSITION_DELETE_SCHEMA,
+    FileRowsCache,
+    StateFileRows,
+    StateIndex,
+    deleted_positions,
+    log_rows_between,
+    position_deletes_table,
+    read_state_snapshot,
+)
+from .table_modes import TableMode, TableModeRule, TablesSettings, mode_rule_for
+from .testing.backends import (
+    CACHE_CHECKS,
+    INDEX_CHECKS,
+    CacheCase,
+    CacheCheck,
+    CacheConformance,
+    ConformanceError,
+    IndexCase,
+    IndexCheck,
+    IndexConformance,
+    check_id,
+    chunk,
+    run_cache_conformance,
+    run_index_conformance,
+)
+from .testing.filters import FakeFilterContext, Upstream, wire_round_trip
+from .typed.codecs_config import (
+    BY_SCHEMA_TYPE,
+    CodecsSettings,
+    TopicCodecRule,
+    rule_for,
+)
+from .typed.row_contract import (
     BOUNDARY_PROPERTY,
     CREATE_TIME,
     HOUR_PARTITION_SPEC,
@@ -150,7 +178,7 @@ from .row_contract import (
     schema_property,
     table_boundary,
 )
-from .schema_registry import (
+from .typed.schema_registry import (
     RegisteredSchema,
     RegistryUnavailable,
     SchemaNotFound,
@@ -158,40 +186,12 @@ from .schema_registry import (
     SchemaRegistryClient,
     SchemaRegistryError,
 )
-from .service import Service
-from .shape_layouts import (
+from .typed.shape_layouts import (
     build_layout_of_columns,
     build_layout_of_shapes,
 )
-from .state_index import (
-    POSITION_DELETE_SCHEMA,
-    FileRowsCache,
-    StateFileRows,
-    StateIndex,
-    deleted_positions,
-    log_rows_between,
-    position_deletes_table,
-    read_state_snapshot,
-)
-from .table_modes import TableMode, TableModeRule, TablesSettings, mode_rule_for
-from .testing.backends import (
-    CACHE_CHECKS,
-    INDEX_CHECKS,
-    CacheCase,
-    CacheCheck,
-    CacheConformance,
-    ConformanceError,
-    IndexCase,
-    IndexCheck,
-    IndexConformance,
-    check_id,
-    chunk,
-    run_cache_conformance,
-    run_index_conformance,
-)
-from .testing.filters import FakeFilterContext, Upstream, wire_round_trip
-from .topic_codecs import TopicCodecsResolver
-from .typed_rows import (
+from .typed.topic_codecs import TopicCodecsResolver
+from .typed.typed_rows import (
     DecodedRows,
     SchemaSource,
     ShapesToFold,
@@ -345,6 +345,7 @@ __all__ = [
     "check_schema",
     "choice_settings",
     "chunk",
+    "command_registry",
     "component_log",
     "copy_bytes",
     "crc32c",

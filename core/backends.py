@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from bergstream.core.config import BergstreamConfig
     from bergstream.core.plugins import PluginRegistry
-    from bergstream.core.schema_registry import RegisteredSchema, SchemaReference
+    from bergstream.core.typed.schema_registry import RegisteredSchema, SchemaReference
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,8 @@ class DecodedValues:
     """What :meth:`ValueCodec.decode` made of a batch of payloads, row ``i`` from payload ``i``.
 
     ``values`` has the Arrow type of the codec's Iceberg type for the schema (see
-    :func:`bergstream.core.row_contract.arrow_type`) and is null where the payload did not decode.
+    :func:`bergstream.core.typed.row_contract.arrow_type`) and is null where the payload did not
+    decode.
     ``keep_bytes[i]`` says the original bytes must be kept beside the columns: the payload did not
     decode, or re-encoding the decoded value would not give the same bytes. ``errors[i]`` says why
     a payload did not decode (``None`` when it did).

@@ -39,7 +39,11 @@ class _RootGroup(click.Group):
 
     def load_plugin_commands(self) -> None:
         """Add every plugin's commands (once); a plugin that fails to load is a warning."""
-        from bergstream.core.plugins import PluginError, load_registry
+        from bergstream.core.plugins import (
+            PluginError,
+            load_registry,
+            remember_command_registry,
+        )
 
         if self._plugins_loaded:
             return
@@ -49,6 +53,7 @@ class _RootGroup(click.Group):
         except PluginError as error:
             click.echo(f"warning: {error}", err=True)
             return
+        remember_command_registry(registry)
         registry.manager.hook.register_commands(cli=self)
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -22,13 +22,13 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from bergstream.core.choices import ChoiceResolver, FilterChoice, ServiceChoice
-from bergstream.core.codecs_config import CodecsSettings, check_codecs, check_codecs_data
 from bergstream.core.kafka_client import KafkaClientSettings
 from bergstream.core.lake import LakeConfig, LakeConfigError, resolve_lake
 from bergstream.core.models import Bootstrap, StrictModel
 from bergstream.core.problems import Loc, Problem, format_loc, pydantic_problems
 from bergstream.core.sections import check_sections
 from bergstream.core.table_modes import TablesSettings
+from bergstream.core.typed.codecs_config import CodecsSettings, check_codecs, check_codecs_data
 
 if TYPE_CHECKING:
     from bergstream.core.plugins import PluginRegistry

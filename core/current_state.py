@@ -45,7 +45,9 @@ import pyarrow.compute as pc
 from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField, StringType, StructType, TimestamptzType
 
-from bergstream.core.row_contract import (
+from bergstream.core.state_index import StateIndex
+from bergstream.core.table_modes import TableMode, TableModeRule
+from bergstream.core.typed.row_contract import (
     KEY_ERROR_COLUMN,
     KEY_FIELD_DOC,
     KEY_SCHEMA_ID_COLUMN,
@@ -54,9 +56,7 @@ from bergstream.core.row_contract import (
     VALUE_FIELD_DOC,
     arrow_type,
 )
-from bergstream.core.state_index import StateIndex
-from bergstream.core.table_modes import TableMode, TableModeRule
-from bergstream.core.typed_rows import project_array
+from bergstream.core.typed.typed_rows import project_array
 
 __all__ = [
     "REJECTED_REASON_COLUMN",

@@ -185,6 +185,24 @@ def load_registry(
     return registry
 
 
+#: The registry the ``bergstream`` command loaded to find the command it runs (set by the CLI).
+_command_registry: PluginRegistry | None = None
+
+
+def remember_command_registry(registry: PluginRegistry) -> None:
+    """Keep ``registry`` as the one :func:`command_registry` returns (the CLI calls this after
+    loading the plugins to find a plugin's command)."""
+    global _command_registry
+    _command_registry = registry
+
+
+def command_registry() -> PluginRegistry:
+    """The registry for a plugin's command: the one ``bergstream`` loaded to find that command,
+    so the plugins are not discovered twice; else (a command called outside the CLI, a test)
+    a new :func:`load_registry`."""
+    return _command_registry if _command_registry is not None else load_registry()
+
+
 def check_api_version(name: str, plugin: object) -> None:
     """Refuse a plugin that declares (``BERGSTREAM_API``) an API version this core cannot serve:
     another major version, or a newer minor one."""

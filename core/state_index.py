@@ -333,7 +333,7 @@ def log_rows_between(log: Any, start: Mapping[int, int], end: Mapping[int, int])
 
     from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan, Or
 
-    from bergstream.core.row_contract import arrow_type
+    from bergstream.core.typed.row_contract import arrow_type
 
     parts = [
         And(

@@ -21,9 +21,9 @@ from bergstream.core.api import (
     PluginRegistry,
     TableMode,
     bergstream_home,
+    command_registry,
     hookimpl,
     load_config,
-    load_registry,
     mode_rule_for,
 )
 from bergstream.pipeline.settings import (
@@ -55,7 +55,7 @@ def _config(config_file: Path) -> tuple[BergstreamConfig, PluginRegistry]:
     """``config_file`` loaded as ``bergstream config check`` and ``bergstream run`` load it
     (every plugin installed), so the three accept the same files; with the plugins."""
     try:
-        registry = load_registry()
+        registry = command_registry()
         return load_config(config_file, registry=registry), registry
     except (ConfigError, PluginError) as error:
         raise click.ClickException(str(error)) from None

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from bergstream.core.records import Record
-from bergstream.core.row_contract import record_to_row
+from bergstream.core.typed.row_contract import record_to_row
 
 REPO = Path(__file__).resolve().parent.parent
 

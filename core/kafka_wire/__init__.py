@@ -6,5 +6,5 @@
 - :mod:`.crc`: CRC-32C, the batch checksum, from one library.
 
 Message bodies (requests and responses) are kio's business (:mod:`bergstream.core.proxy.codec`);
-what a batch's records mean for a table row is :mod:`bergstream.core.row_contract`'s.
+what a batch's records mean for a table row is :mod:`bergstream.core.typed.row_contract`'s.
 """

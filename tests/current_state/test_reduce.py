@@ -31,7 +31,14 @@ from bergstream.core.current_state import (
     rejected_layout,
     state_layout,
 )
-from bergstream.core.row_contract import (
+from bergstream.core.state_index import (
+    StateFileRows,
+    StateIndex,
+    deleted_positions,
+    position_deletes_table,
+)
+from bergstream.core.table_modes import TableModeRule
+from bergstream.core.typed.row_contract import (
     KEY_FIELD_DOC,
     KEY_SCHEMA_ID_COLUMN,
     ROW_SCHEMA,
@@ -40,13 +47,6 @@ from bergstream.core.row_contract import (
     VALUE_SCHEMA_ID_COLUMN,
     arrow_type,
 )
-from bergstream.core.state_index import (
-    StateFileRows,
-    StateIndex,
-    deleted_positions,
-    position_deletes_table,
-)
-from bergstream.core.table_modes import TableModeRule
 
 UPSERT = TableModeRule(match="*", mode="upsert")
 DEBEZIUM = TableModeRule(match="*", mode="debezium")

@@ -32,7 +32,7 @@ from bergstream.core.api import (
 )
 from bergstream.core.config import load_config
 from bergstream.core.plugins import load_registry
-from bergstream.core.schema_registry import SchemaRegistrySettings
+from bergstream.core.typed.schema_registry import SchemaRegistrySettings
 from bergstream.devstack.quickstart.clients import (
     MissingExtraError,
     duckdb_extension_paths,

@@ -17,7 +17,7 @@ from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry import SchemaReference as ConfluentReference
 from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentClient
 
-from bergstream.core.schema_registry import (
+from bergstream.core.typed.schema_registry import (
     RegistryUnavailable,
     SchemaNotFound,
     SchemaReference,

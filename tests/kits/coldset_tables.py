@@ -21,7 +21,7 @@ from bergstream.core.lake import (
     resolve_lake,
 )
 from bergstream.core.records import Record
-from bergstream.core.row_contract import (
+from bergstream.core.typed.row_contract import (
     BOUNDARY_PROPERTY,
     PARTITION_SPEC,
     ROW_ARROW_SCHEMA,

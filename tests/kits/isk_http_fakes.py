@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.table.metadata import new_table_metadata
 
-from bergstream.core.row_contract import PARTITION_SPEC, ROW_SCHEMA, SORT_ORDER
+from bergstream.core.typed.row_contract import PARTITION_SPEC, ROW_SCHEMA, SORT_ORDER
 from bergstream.plugins.isk_gateway.http.server import IskHttpConfig, IskHttpService
 from bergstream.plugins.isk_gateway.tables.provider import (
     LoadedTable,

@@ -10,7 +10,7 @@ from typing import Any
 
 from bergstream.core.lake import ResolvedLake, load_catalog
 from bergstream.core.records import Record
-from bergstream.core.row_contract import RowRecord, row_to_record
+from bergstream.core.typed.row_contract import RowRecord, row_to_record
 
 #: Topic settings for tests: keep every record (retention by time would delete old timestamps
 #: such as 0 at once), accept any timestamp and records up to 4 MiB.

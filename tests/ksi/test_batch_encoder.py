@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bergstream.core.records import split_batches
-from bergstream.core.row_contract import CREATE_TIME, LOG_APPEND_TIME, ROW_ARROW_SCHEMA
+from bergstream.core.typed.row_contract import CREATE_TIME, LOG_APPEND_TIME, ROW_ARROW_SCHEMA
 from bergstream.plugins.ksi_fetch_filter.batch_encoder import encode_cold_batches
 from bergstream.plugins.ksi_fetch_filter.batches import (
     build_cold_batches,

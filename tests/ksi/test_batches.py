@@ -7,7 +7,7 @@ from pathlib import Path
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from bergstream.core.records import batch_info, read_records, split_batches
-from bergstream.core.row_contract import CREATE_TIME, LOG_APPEND_TIME
+from bergstream.core.typed.row_contract import CREATE_TIME, LOG_APPEND_TIME
 from bergstream.plugins.ksi_fetch_filter.batches import build_cold_batches
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdRead
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig

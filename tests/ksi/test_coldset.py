@@ -183,7 +183,7 @@ def test_rows_out_of_offset_order_are_sorted_before_slicing(tmp_path: Path) -> N
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from bergstream.core.row_contract import ROW_ARROW_SCHEMA, record_to_row
+    from bergstream.core.typed.row_contract import ROW_ARROW_SCHEMA, record_to_row
     from bergstream.plugins.ksi_fetch_filter.segments import read_row_group_slices
 
     offsets = list(range(500))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from bergstream.core.api import ROW_ARROW_SCHEMA, Record
-from bergstream.core.row_contract import record_to_row
+from bergstream.core.typed.row_contract import record_to_row
 from bergstream.plugins.ksi_fetch_filter.segments import PAYLOAD_COLUMNS, decode_segment
 from tests.kits.coldset_tables import make_record
 

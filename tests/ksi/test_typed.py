@@ -35,7 +35,7 @@ from bergstream.core.api import (
     read_records,
     split_batches,
 )
-from bergstream.core.schema_registry import SchemaRegistrySettings
+from bergstream.core.typed.schema_registry import SchemaRegistrySettings
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdsetError
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
 from bergstream.plugins.ksi_fetch_filter.planner import FetchAsk, plan_fetch

@@ -32,7 +32,7 @@ from bergstream.core.api import (
     load_catalog,
     resolve_lake,
 )
-from bergstream.core.schema_registry import SchemaRegistrySettings
+from bergstream.core.typed.schema_registry import SchemaRegistrySettings
 from bergstream.plugins.value_codecs.avro.codec import AvroCodec
 from tests.kits.avro_wire import (
     KEY_SCHEMA,

@@ -24,7 +24,7 @@ from bergstream.core.api import (
     format_boundary,
     load_catalog,
 )
-from bergstream.core.row_contract import record_to_row
+from bergstream.core.typed.row_contract import record_to_row
 from tests.kits.coldset_tables import TEST_SPEC
 
 #: (partition, timestamp type, record): a record as it sits in Kafka.

@@ -40,8 +40,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from bergstream.core.api import RegisteredSchema, ResolvedLake, TopicCodecsResolver
-from bergstream.core.row_contract import RowRecord
-from bergstream.core.typed_rows import NO_FRAMING
+from bergstream.core.typed.row_contract import RowRecord
+from bergstream.core.typed.typed_rows import NO_FRAMING
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import run_pipeline
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bergstream.core.lake import LakeConfig, load_catalog
-from bergstream.core.row_contract import table_boundary
+from bergstream.core.typed.row_contract import table_boundary
 from bergstream.pipeline.settings import resolve_pipeline_lake
 from tests.kits.lake import Produced, consume_all, produce
 from tests.pipeline.pipeline_process import commits_since, start_run

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bergstream.core.lake import ResolvedLake, load_catalog
-from bergstream.core.row_contract import BOUNDARY_PROPERTY, parse_boundary, table_boundary
+from bergstream.core.typed.row_contract import BOUNDARY_PROPERTY, parse_boundary, table_boundary
 from bergstream.devstack.stack import kafka_tool_command
 from bergstream.pipeline.stream import run_pipeline
 from tests.kits.lake import (

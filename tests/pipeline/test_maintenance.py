@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bergstream.core.lake import ResolvedLake, load_catalog
-from bergstream.core.row_contract import table_boundary
+from bergstream.core.typed.row_contract import table_boundary
 from bergstream.pipeline.maintain import maintain_table
 from bergstream.pipeline.stream import run_pipeline
 from tests.kits.lake import Produced, consume_all, produce, table_rows_pyiceberg

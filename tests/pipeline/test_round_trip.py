@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from bergstream.core.lake import ResolvedLake
 from bergstream.core.records import Record
-from bergstream.core.row_contract import (
+from bergstream.core.typed.row_contract import (
     CREATE_TIME,
     LOG_APPEND_TIME,
     RowRecord,

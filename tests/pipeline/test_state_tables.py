@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from bergstream.core.lake import load_catalog
-from bergstream.core.row_contract import table_boundary
 from bergstream.core.table_modes import TableModeRule
+from bergstream.core.typed.row_contract import table_boundary
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import run_pipeline
 from tests.kits.lake import Produced, produce

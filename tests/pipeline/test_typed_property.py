@@ -38,7 +38,7 @@ from bergstream.core.api import (
     VALUE_ERROR_COLUMN,
     VALUE_SCHEMA_ID_COLUMN,
 )
-from bergstream.core.row_contract import record_to_row
+from bergstream.core.typed.row_contract import record_to_row
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import run_pipeline
 from bergstream.plugins.value_codecs.avro.schema import AvroNode

@@ -44,7 +44,7 @@ from google.protobuf.message import Message
 from hypothesis import strategies as st
 
 from bergstream.core.api import VALUE_ERROR_COLUMN
-from bergstream.core.typed_rows import NO_FRAMING
+from bergstream.core.typed.typed_rows import NO_FRAMING
 from bergstream.pipeline.settings import PipelineLake
 from tests.kits.protobuf_gen import (
     GenField,

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from bergstream.core.api import ROW_ARROW_SCHEMA, ROW_SCHEMA, TypedRows, build_layout
 from bergstream.core.lake import ResolvedLake, load_catalog
-from bergstream.core.row_contract import record_to_row
+from bergstream.core.typed.row_contract import record_to_row
 from bergstream.pipeline.typed import TopicTyping, topic_typing
 from tests.kits.avro_registry import typed_context
 from tests.kits.avro_wire import value_bytes

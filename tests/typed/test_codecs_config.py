@@ -9,15 +9,6 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bergstream.core.choices import IndexBackendChoice
-from bergstream.core.codecs_config import (
-    CodecSettingsError,
-    CodecsSettings,
-    TopicCodecRule,
-    check_codecs,
-    check_codecs_data,
-    codec_settings,
-    rule_for,
-)
 from bergstream.core.hookspecs import hookimpl
 from bergstream.core.plugins import PluginRegistry, load_registry
 from bergstream.core.problems import format_loc
@@ -25,6 +16,15 @@ from bergstream.core.registrations import (
     EmptyConfig,
     IndexBackendRegistration,
     ValueCodecRegistration,
+)
+from bergstream.core.typed.codecs_config import (
+    CodecSettingsError,
+    CodecsSettings,
+    TopicCodecRule,
+    check_codecs,
+    check_codecs_data,
+    codec_settings,
+    rule_for,
 )
 
 REGISTRY = {"url": "http://127.0.0.1:8081"}

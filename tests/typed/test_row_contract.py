@@ -19,7 +19,7 @@ from bergstream.core.config import ConfigError, parse_config
 from bergstream.core.lake import LakeConfig, LakeConfigError, resolve_lake
 from bergstream.core.plugins import load_registry
 from bergstream.core.records import Record
-from bergstream.core.row_contract import (
+from bergstream.core.typed.row_contract import (
     BOUNDARY_PROPERTY,
     COLUMNS,
     CREATE_TIME,
@@ -213,7 +213,8 @@ lake:
 
 def test_core_never_imports_pyspark():
     code = (
-        "import sys, bergstream.core.config, bergstream.core.row_contract, bergstream.core.lake, "
+        "import sys, bergstream.core.config, bergstream.core.typed.row_contract, "
+        "bergstream.core.lake, "
         "bergstream.core.cli; assert 'pyspark' not in sys.modules; "
         "assert 'bergstream.pipeline' not in sys.modules"
     )

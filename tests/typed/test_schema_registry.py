@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from pydantic import ValidationError
 
-from bergstream.core.schema_registry import (
+from bergstream.core.typed.schema_registry import (
     RegisteredSchema,
     RegistryUnavailable,
     SchemaNotFound,

@@ -28,7 +28,7 @@ from bergstream.core.api import (
     build_layout_of_columns,
     build_layout_of_shapes,
 )
-from bergstream.core.row_contract import version_fit
+from bergstream.core.typed.row_contract import version_fit
 from bergstream.plugins.value_codecs.plain_json.codec import PlainJsonCodec
 from tests.typed.value_rows import rows
 

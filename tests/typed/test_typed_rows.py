@@ -163,7 +163,7 @@ def test_a_layout_is_deterministic(count: int) -> None:
 
 
 def test_a_schema_id_the_cached_subject_does_not_know_refreshes_the_layout_once() -> None:
-    from bergstream.core.typed_rows import build_layout_seeing
+    from bergstream.core.typed.typed_rows import build_layout_seeing
 
     class CachedSubject(StoredSchemas):
         """Serves the subject's versions as first seen until forget_subject is called."""

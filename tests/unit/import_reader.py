@@ -29,6 +29,7 @@ class Package:
 def _packages() -> dict[str, Package]:
     found = [
         Package("bergstream.core", "core", ROOT / "core"),
+        Package("bergstream.core.typed", "core", ROOT / "core" / "typed"),
         Package("bergstream.pipeline", "plugin", ROOT / "pipeline"),
         Package("bergstream.devstack", "plugin", ROOT / "devstack"),
         *(

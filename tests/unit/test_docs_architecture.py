@@ -28,6 +28,7 @@ SOURCES = ("core", "plugins", "pipeline", "devstack")
 WHERE = {
     "core": 'a row of "The contract in core" or "The runtimes in core"',
     "core/proxy": 'the `proxy/` row of "The runtimes in core"',
+    "core/typed": 'a row of "The typed engine in core"',
     "plugins": 'a table of its own, like the other plugins\' (package table under "Layers")',
     "plugins/isk_gateway": 'the `plugins/isk_gateway` table under "Kafka to Iceberg"',
     "plugins/ksi_fetch_filter": 'the `plugins/ksi_fetch_filter` table under "Iceberg to Kafka"',

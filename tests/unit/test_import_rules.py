@@ -1,6 +1,8 @@
 """The import rules of docs/architecture.md, checked on every module's imports (ast).
 
 - core imports no plugin, no pipeline, no dev stack and never pyspark;
+- core's typed engine (``bergstream.core.typed``) imports from the rest of core only its base
+  (``bergstream.core.typed.BASE``), never core's runtimes;
 - a plugin package (each of plugins/*, the pipeline, the dev stack, each capability of the
   example plugin) reaches core only through the public module ``bergstream.core.api`` and never
   imports another plugin package (so the pipeline and the dev stack import no plugin).
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from bergstream.core.typed import BASE as TYPED_BASE
 from tests.unit.import_reader import (
     EXAMPLE,
     EXAMPLE_PACKAGE,
@@ -30,6 +33,8 @@ from tests.unit.import_reader import (
     owner,
 )
 
+TYPED = "bergstream.core.typed"
+
 
 def broken_rule(importer: Package, module: str) -> str | None:
     """Why ``importer`` may not import ``module``, or None when it may."""
@@ -39,6 +44,16 @@ def broken_rule(importer: Package, module: str) -> str | None:
             return "core never imports pyspark"
         if target is not None and target.kind != "core":
             return "core imports no plugin, pipeline or dev stack"
+        if (
+            importer.name == TYPED
+            and target is not None
+            and target.name != TYPED
+            and module not in TYPED_BASE | {"bergstream.core"}
+        ):
+            return (
+                "the typed engine imports from core only its base "
+                "(bergstream.core.typed.BASE), not core's runtimes"
+            )
         return None
     if target is None or target is importer:
         return None
@@ -149,6 +164,12 @@ def test_the_rules_catch_what_they_forbid() -> None:
     assert broken_rule(core, "bergstream.devstack.stack")
     assert broken_rule(core, "bergstream_example_plugin.sqlite_cache")
     assert broken_rule(core, "pyspark.sql")
+    typed = PACKAGES[TYPED]
+    assert broken_rule(typed, "bergstream.core.proxy.server")
+    assert broken_rule(typed, "bergstream.core.config")
+    assert broken_rule(typed, "bergstream.core.records") is None
+    assert broken_rule(typed, "bergstream.core.typed.row_contract") is None
+    assert broken_rule(core, "bergstream.core.typed.typed_rows") is None
     assert broken_rule(isk, "bergstream.core.config")
     assert broken_rule(isk, "bergstream.core")  # the package itself is not the public module
     assert broken_rule(isk, "bergstream.plugins.cache_backends.local_disk")

@@ -55,8 +55,8 @@ from bergstream.core.api import (
     build_layout_of_columns,
     build_layout_of_shapes,
 )
-from bergstream.core.codecs_config import CODEC_KIND, CodecsSettings, check_codecs
 from bergstream.core.plugins import load_registry
+from bergstream.core.typed.codecs_config import CODEC_KIND, CodecsSettings, check_codecs
 from bergstream.plugins.value_codecs.connect_json.codec import ConnectJsonCodec
 from bergstream.plugins.value_codecs.connect_json.envelopes import NOT_AN_ENVELOPE, schema_id
 from bergstream.plugins.value_codecs.connect_json.values import decimal_text

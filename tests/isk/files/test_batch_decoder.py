@@ -16,7 +16,7 @@ from bergstream.core.kafka_wire.record_batch import (
     write_field,
 )
 from bergstream.core.records import BatchInfo, Record, build_batch, read_records
-from bergstream.core.row_contract import record_to_row
+from bergstream.core.typed.row_contract import record_to_row
 from bergstream.plugins.isk_gateway.files.batch_decoder import (
     SynthesisError,
     batch_bounds,

@@ -23,7 +23,7 @@ from bergstream.core.kafka_wire.record_batch import (
     write_field,
 )
 from bergstream.core.records import BatchInfo, Record, build_batch
-from bergstream.core.row_contract import (
+from bergstream.core.typed.row_contract import (
     PARTITION_SPEC,
     ROW_ARROW_SCHEMA,
     ROW_SCHEMA,

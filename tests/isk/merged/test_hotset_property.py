@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from bergstream.core.row_contract import record_to_row
+from bergstream.core.typed.row_contract import record_to_row
 from tests.kits.isk_gateway import Gateway, start_gateway
 from tests.kits.lake import (
     TOPIC_CONFIG,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bergstream.core.row_contract import CREATE_TIME, record_to_row
+from bergstream.core.typed.row_contract import CREATE_TIME, record_to_row
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
 from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider

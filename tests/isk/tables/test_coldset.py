@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bergstream.core.row_contract import CREATE_TIME
+from bergstream.core.typed.row_contract import CREATE_TIME
 from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
 from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider
 from bergstream.plugins.isk_gateway.tables.paths import COLDSET, MERGED

@@ -10,7 +10,7 @@ from pyiceberg.manifest import read_manifest_list
 from pyiceberg.types import LongType, TimestamptzType
 
 from bergstream.core.backends import ChunkEntry
-from bergstream.core.row_contract import OFFSET_ID, TIMESTAMP_ID
+from bergstream.core.typed.row_contract import OFFSET_ID, TIMESTAMP_ID
 from bergstream.plugins.isk_gateway.files.data_files import chunk_bounds
 from bergstream.plugins.isk_gateway.files.digests import sync_marker
 from bergstream.plugins.isk_gateway.files.fileio import BytesInputFile

@@ -255,7 +255,7 @@ async def test_a_registry_outage_is_retriable_and_builds_nothing(
         typed = await up_layouts.resolve(topic)
         assert typed is not None
         from bergstream.core.api import SchemaRegistryClient
-        from bergstream.core.schema_registry import SchemaRegistrySettings
+        from bergstream.core.typed.schema_registry import SchemaRegistrySettings
 
         offline = SchemaRegistryClient(SchemaRegistrySettings(url=down, timeout_seconds=2))
         typed.rows = TypedRows(typed.layout, typed.rows.codecs, offline)

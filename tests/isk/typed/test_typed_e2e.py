@@ -34,7 +34,7 @@ from bergstream.core.api import (
     load_registry,
     resolve_lake,
 )
-from bergstream.core.topic_codecs import shared_registry_client
+from bergstream.core.typed.topic_codecs import shared_registry_client
 from bergstream.plugins.isk_gateway.files.batch_decoder import decode_batches
 from bergstream.plugins.isk_gateway.files.synthesis import parquet_bytes
 from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader

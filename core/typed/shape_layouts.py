@@ -19,9 +19,9 @@ import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.types import IcebergType
 
-from bergstream.core.row_contract import KEY_COLUMN_PREFIX, SideLayout, TypedLayout
-from bergstream.core.schema_registry import RegisteredSchema
-from bergstream.core.typed_rows import SchemaSource, SideCodecs, TopicCodecs, build_layout
+from bergstream.core.typed.row_contract import KEY_COLUMN_PREFIX, SideLayout, TypedLayout
+from bergstream.core.typed.schema_registry import RegisteredSchema
+from bergstream.core.typed.typed_rows import SchemaSource, SideCodecs, TopicCodecs, build_layout
 
 __all__ = ["ShapedLayout", "build_layout_of_columns", "build_layout_of_shapes", "side_columns"]
 
@@ -93,7 +93,7 @@ def build_layout_of_shapes(
 ) -> ShapedLayout:
     """The layout of a batch whose ``values`` (``keys``) are read by a shape codec, folded into
     ``base`` (see the module docstring); a side with framed values folds its subject's versions
-    from ``source`` as :func:`~bergstream.core.typed_rows.build_layout` does."""
+    from ``source`` as :func:`~bergstream.core.typed.typed_rows.build_layout` does."""
     sides: list[tuple[SideCodecs, pa.Array, bool]] = []
     for side_codecs, batch, key in ((codecs.value, values, False), (codecs.key, keys, True)):
         if side_codecs is not None and side_codecs.shape_codec is not None and batch is not None:
@@ -114,7 +114,7 @@ def build_layout_of_columns(
     base: Schema, last_column_id: int, codecs: TopicCodecs, source: SchemaSource
 ) -> TypedLayout | None:
     """The layout of a batch read with ``base``'s columns as they are: its shape sides fold no
-    shapes (a :class:`~bergstream.core.typed_rows.TypedRows` with ``adopt_shapes`` takes
+    shapes (a :class:`~bergstream.core.typed.typed_rows.TypedRows` with ``adopt_shapes`` takes
     every shape that fits those columns, and raises for one that does not), its framed sides
     fold their subjects' versions from ``source``. None when a shape side has no columns in
     ``base`` yet (its first batch must be folded: :func:`build_layout_of_shapes`)."""

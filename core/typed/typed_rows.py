@@ -1,10 +1,10 @@
 """Rows of a typed table from row-contract rows and back, byte for byte (one rule, three users).
 
 :class:`TypedRows` turns Arrow rows with the row contract's columns (``kafka_value`` and
-``kafka_key`` holding the bytes Kafka has) into rows of a :class:`~bergstream.core.row_contract.
-TypedLayout`, and typed rows back into the exact bytes. The pipeline runs it in Spark's Python
-workers, ISK on the hotset's record batches, KSI on coldset row groups, so a record gets the same
-row wherever it is read.
+``kafka_key`` holding the bytes Kafka has) into rows of a
+:class:`~bergstream.core.typed.row_contract.TypedLayout`, and typed rows back into the exact
+bytes. The pipeline runs it in Spark's Python workers, ISK on the hotset's record batches, KSI
+on coldset row groups, so a record gets the same row wherever it is read.
 
 Per value (and per key, when its side is typed):
 
@@ -38,7 +38,7 @@ from bergstream.core.backends import (
     is_shape_codec,
 )
 from bergstream.core.metrics import UNDECODABLE_RECORDS
-from bergstream.core.row_contract import (
+from bergstream.core.typed.row_contract import (
     KEY_COLUMN_PREFIX,
     KEY_ERROR_COLUMN,
     KEY_SCHEMA_ID_COLUMN,
@@ -52,7 +52,7 @@ from bergstream.core.row_contract import (
     typed_layout,
     version_fit,
 )
-from bergstream.core.schema_registry import RegisteredSchema, SchemaNotFound, SchemaReference
+from bergstream.core.typed.schema_registry import RegisteredSchema, SchemaNotFound, SchemaReference
 
 __all__ = [
     "NO_FRAMING",
@@ -79,8 +79,9 @@ log = logging.getLogger("bergstream.typed_rows")
 
 
 class SchemaSource(Protocol):
-    """Where schemas come from: a :class:`~bergstream.core.schema_registry.SchemaRegistryClient`,
-    or :class:`StoredSchemas` (schemas fetched before, or kept in a table's properties)."""
+    """Where schemas come from: a
+    :class:`~bergstream.core.typed.schema_registry.SchemaRegistryClient`, or
+    :class:`StoredSchemas` (schemas fetched before, or kept in a table's properties)."""
 
     def schema_by_id(self, schema_id: int) -> RegisteredSchema:
         """The schema with this id; raise ``SchemaNotFound`` or ``RegistryUnavailable``."""
@@ -183,7 +184,7 @@ def build_layout(
 ) -> TypedLayout:
     """The layout of ``codecs.topic``'s table: ``base`` (its current schema; the row contract for
     a new table) folded with the versions of the topic's value and key subjects read from
-    ``source`` (see :func:`~bergstream.core.row_contract.typed_layout`). Raises
+    ``source`` (see :func:`~bergstream.core.typed.row_contract.typed_layout`). Raises
     ``RegistryUnavailable`` when the registry cannot be asked."""
 
     def versions(side: SideCodecs | None) -> list[LayoutVersion] | None:
@@ -260,7 +261,7 @@ def _buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 def split_framing(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Per row of a large_binary array: whether it has Confluent framing (not null, at least 5
     bytes, magic byte 0), and its schema id (``-1`` where it has none)."""
-    from bergstream.core.framing_kernels import frame_ids
+    from bergstream.core.typed.framing_kernels import frame_ids
 
     values = _binary(values)
     offsets, data = _buffers(values)
@@ -287,7 +288,7 @@ def _pool_array(dtype: type, count: int) -> tuple[pa.Buffer, np.ndarray]:
 def _payloads(values: pa.Array, rows: np.ndarray) -> pa.Array:
     """The payloads (framing cut off) of the given rows (framed, so at least 5 bytes each), as
     one large_binary array."""
-    from bergstream.core.framing_kernels import strip_headers
+    from bergstream.core.typed.framing_kernels import strip_headers
 
     offsets, data = _buffers(values)
     rows = np.ascontiguousarray(rows, dtype=np.int64)
@@ -300,7 +301,7 @@ def _payloads(values: pa.Array, rows: np.ndarray) -> pa.Array:
 
 def frame_payloads(schema_id: int, payloads: pa.Array) -> pa.Array:
     """Payloads (large_binary, no nulls) with the Confluent framing of ``schema_id`` put back."""
-    from bergstream.core.framing_kernels import add_headers
+    from bergstream.core.typed.framing_kernels import add_headers
 
     payloads = _binary(payloads)
     offsets, data = _buffers(payloads)

@@ -60,12 +60,17 @@ from pyiceberg.types import (
 )
 
 from bergstream.core.records import Header, Record
-from bergstream.core.schema_evolution import IdAllocator, NotExpressible, fresh_ids, merge_type
+from bergstream.core.typed.schema_evolution import (
+    IdAllocator,
+    NotExpressible,
+    fresh_ids,
+    merge_type,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
-    from bergstream.core.schema_registry import RegisteredSchema
+    from bergstream.core.typed.schema_registry import RegisteredSchema
 
 __all__ = [
     "BOUNDARY_PROPERTY",

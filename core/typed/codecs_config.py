@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from bergstream.core.choices import ChoiceResolver
 from bergstream.core.models import StrictModel
 from bergstream.core.problems import Loc, Problem, format_loc, pydantic_problems
-from bergstream.core.schema_registry import SchemaRegistrySettings
+from bergstream.core.typed.schema_registry import SchemaRegistrySettings
 
 if TYPE_CHECKING:
     from bergstream.core.plugins import PluginRegistry

@@ -8,7 +8,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from bergstream.core.backends import is_shape_codec
-from bergstream.core.codecs_config import (
+from bergstream.core.typed.codecs_config import (
     BY_SCHEMA_TYPE,
     CODEC_KIND,
     RAW,
@@ -17,8 +17,8 @@ from bergstream.core.codecs_config import (
     codec_settings,
     rule_for,
 )
-from bergstream.core.schema_registry import SchemaRegistryClient, SchemaRegistrySettings
-from bergstream.core.typed_rows import SideCodecs, TopicCodecs
+from bergstream.core.typed.schema_registry import SchemaRegistryClient, SchemaRegistrySettings
+from bergstream.core.typed.typed_rows import SideCodecs, TopicCodecs
 
 if TYPE_CHECKING:
     from bergstream.core.backends import ServiceContext, ValueCodec
