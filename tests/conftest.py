@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -57,31 +59,72 @@ SLOW_FILES_FIRST = (
 )
 
 
-#: Session fixtures that start heavy servers, and the xdist group of the files that use them.
-#: Files sharing a heavy fixture (directly or through another file that uses two) run on one
-#: worker (``--dist loadgroup``): each server starts once per run, not once per worker, and a
-#: test that restarts its brokers (tests/failover) cannot disturb another worker's tests. Other
-#: files are a group each (what ``--dist loadfile`` does).
+#: Session fixtures that start heavy servers, and the group of the files that use them. Files
+#: sharing a heavy fixture (directly or through another file that uses two) run on one xdist
+#: worker, one after the other (:func:`pytest_xdist_make_scheduler`): each server starts once per
+#: run, not once per worker, and a test that restarts its brokers (tests/failover) cannot disturb
+#: another worker's tests. Every other file is a group of its own (what ``--dist loadfile`` does).
 HEAVY_FIXTURES = {
     "trino": "trino",
     "secure_stack": "secure-kafka",
     "cdc_stack_env": "cdc",
 }
 
+#: The variable naming the file where the workers write each test file's group for the
+#: controller's scheduler (only workers collect tests and see their fixtures).
+GROUPS_FILE_VARIABLE = "BERGSTREAM_TEST_GROUPS_FILE"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the xdist controller: choose the file the workers write the groups to (they inherit
+    the environment)."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    handle, path = tempfile.mkstemp(prefix="bergstream-test-groups-", suffix=".json")
+    os.close(handle)
+    os.environ[GROUPS_FILE_VARIABLE] = path
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run :data:`SLOW_FILES_FIRST` first (a stable sort keeps every file's own order), and mark
-    each file's tests with its xdist group (:data:`HEAVY_FIXTURES`)."""
+    """Run :data:`SLOW_FILES_FIRST` first (a stable sort keeps every file's own order); in an
+    xdist worker, write each file's group (:data:`HEAVY_FIXTURES`) for the controller."""
     rank = {path: index for index, path in enumerate(SLOW_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(_file_of(item), len(rank)))
+    groups_file = os.environ.get(GROUPS_FILE_VARIABLE)
+    if groups_file is None or not hasattr(config, "workerinput"):
+        return
     groups = file_groups(
         (_file_of(item), HEAVY_FIXTURES[name])
         for item in items
         for name in getattr(item, "fixturenames", ())
         if name in HEAVY_FIXTURES
     )
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups.get(_file_of(item), _file_of(item))))
+    written = Path(f"{groups_file}.{config.workerinput['workerid']}")
+    written.write_text(json.dumps(groups))
+    written.replace(groups_file)  # both workers write the same groups; readers see a whole file
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scope scheduling with a file's group as its scope. (xdist's own ``loadgroup``
+    does not group with pytest 9.2: it renames node ids through ``item._nodeid``, which pytest
+    9.2 no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """Whole groups of files to a worker at a time; called after every worker collected."""
+
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                path = os.environ.get(GROUPS_FILE_VARIABLE)
+                text = Path(path).read_text() if path else ""
+                self.groups = json.loads(text) if text else {}
+            file = nodeid.split("::", 1)[0]
+            return self.groups.get(file, file)
+
+    return FileGroupScheduling(config, log)
 
 
 def _file_of(item: pytest.Item) -> str:
@@ -106,6 +149,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """In the controller (or a run without xdist): stop the shared stacks."""
     if hasattr(session.config, "workerinput"):
         return
+    groups_file = os.environ.pop(GROUPS_FILE_VARIABLE, None)
+    if groups_file is not None:
+        Path(groups_file).unlink(missing_ok=True)
     factory = getattr(session.config, "_tmp_path_factory", None)
     if factory is None:
         return
