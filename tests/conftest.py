@@ -31,6 +31,13 @@ REPO = Path(__file__).resolve().parent.parent
 # store) in tests/.hypothesis, not in the directory pytest runs from.
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(REPO / "tests" / ".hypothesis"))
 
+#: Every JVM the tests start (Spark drivers and executors, Kafka, Connect, the registry, Trino)
+#: compiles with C1 only. Most of them live seconds to minutes, where C2's compilations cost more
+#: CPU than they give back: a Spark session's start and first queries took 23 CPU-seconds with
+#: the default tiered compilation and 14 with C1 only (same wall time), and on CI's two cores
+#: CPU is what the run waits for. ``setdefault``: a developer's own setting wins.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
+
 #: Test files that take minutes (CI's durations report), longest first: they start first, so the
 #: two xdist workers (a whole file each at a time) finish together instead of one waiting on a
 #: long file picked up last. Files not listed keep their order after these.
