@@ -72,7 +72,12 @@ class _RootGroup(click.Group):
 
 @click.group(cls=_RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="bergstream")
-@click.option("-v", "--verbose", count=True, help="More log output (-v for debug).")
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="More log output: -v for debug, -vv adds the Kafka client's every request.",
+)
 @click.option(
     "--log-format",
     type=click.Choice(LOG_FORMATS),
@@ -85,7 +90,7 @@ def cli(ctx: click.Context, verbose: int, log_format: str | None) -> None:
     """bergstream: Kafka and Apache Iceberg as one dataset."""
     ctx.obj = {"verbose": verbose, "log_format": log_format}
     level = logging.WARNING - 10 * min(verbose + 1, 2)
-    configure_logging(level, "json" if log_format == "json" else "text")
+    configure_logging(level, "json" if log_format == "json" else "text", trace_clients=verbose >= 2)
 
 
 @cli.command("plugins")
@@ -184,7 +189,11 @@ def run_command(ctx: click.Context, config_file: Path) -> None:
         if options.get("verbose")
         else logging.getLevelNamesMapping()[config.logging.level.upper()]
     )
-    configure_logging(level, options.get("log_format") or config.logging.format)
+    configure_logging(
+        level,
+        options.get("log_format") or config.logging.format,
+        trace_clients=options.get("verbose", 0) >= 2,
+    )
     try:
         run_until_signalled(config, registry)
     except (PluginError, OSError, ValueError, RuntimeError) as error:

@@ -122,6 +122,7 @@ class LakeConfig(StrictModel, OpenToPluginSections):
     )
     catalog: LakeCatalogConfig = Field(default_factory=LakeCatalogConfig)
     s3: LakeS3Config | None = Field(None, description="S3 settings for an s3:// warehouse")
+
     @model_validator(mode="after")
     def _distinct_namespaces(self) -> LakeConfig:
         names = {

@@ -38,6 +38,32 @@ os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(REPO / "tests" / ".hyp
 #: CPU is what the run waits for. ``setdefault``: a developer's own setting wins.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
+from hypothesis import HealthCheck, settings  # noqa: E402  (after its storage directory is set)
+
+#: Hypothesis profiles, chosen with ``HYPOTHESIS_PROFILE`` (default ``ci``). Property tests that
+#: an issue holds to a number of examples set it themselves (``max_examples`` in their
+#: ``@settings``, at least 50; the slow ones read a ``BERGSTREAM_*_EXAMPLES`` variable) and keep
+#: it in every profile; the profile sets the rest.
+#: - ``ci``: 50 examples per test without its own count, no deadline (a shared, noisy machine
+#:   must not turn a slow example into a failure), and the blob that replays a failure printed
+#:   in the CI log (``@reproduce_failure``).
+#: - ``thorough``: 1,000 examples per test without its own count, for a run before a release.
+settings.register_profile(
+    "ci",
+    max_examples=50,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "thorough",
+    max_examples=1000,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
 #: Test files that take minutes (CI's durations report), longest first: they start first, so the
 #: two xdist workers (a whole file each at a time) finish together instead of one waiting on a
 #: long file picked up last. Files not listed keep their order after these.

@@ -150,8 +150,26 @@ def test_the_log_format_is_chosen_on_the_command_line_or_in_the_config(
     assert type(handler.formatter).__name__ == "JsonFormatter"
 
 
+@pytest.mark.parametrize("trace_clients", [False, True])
+def test_the_kafka_clients_wire_trace_needs_vv(restore_root: None, trace_clients: bool) -> None:
+    """``-v`` shows bergstream's debug lines and the Kafka client's INFO and above; ``-vv``
+    (``trace_clients``) adds the client's every request and response."""
+    saved = logging.getLogger("aiokafka").level
+    stream = io.StringIO()
+    try:
+        configure_logging(logging.DEBUG, "text", stream, trace_clients=trace_clients)
+        logging.getLogger("aiokafka.conn").debug("Request to 127.0.0.1:9092 7: MetadataRequest")
+        logging.getLogger("aiokafka.conn").info("connection lost")
+        logging.getLogger("bergstream.runner").debug("starting isk")
+    finally:
+        logging.getLogger("aiokafka").setLevel(saved)
+    written = stream.getvalue()
+    assert "starting isk" in written and "connection lost" in written
+    assert ("MetadataRequest" in written) is trace_clients
+
+
 def test_verbose_logging_keeps_numba_compiler_passes_out(restore_root: None) -> None:
-    """``-v`` shows bergstream's and the clients' debug lines, not numba's IR dumps."""
+    """``-v`` shows bergstream's debug lines, not numba's IR dumps."""
     saved = logging.getLogger("numba").level
     stream = io.StringIO()
     try:
