@@ -155,18 +155,7 @@ def register_commands(cli: click.Group) -> None:
             f"done: {result.records:,} records in {result.batches} batch(es), "
             f"{result.seconds:.1f} s"
         )
-        click.echo(
-            json.dumps(
-                {
-                    "table": result.table,
-                    "batches": result.batches,
-                    "records": result.records,
-                    "bytes_written": result.bytes_written,
-                    "seconds": round(result.seconds, 3),
-                    "boundary": {str(p): o for p, o in sorted(result.boundary.items())},
-                }
-            )
-        )
+        click.echo(json.dumps(result.summary()))
 
     @pipeline_group.command("maintain")
     @_CONFIG_OPTION

@@ -80,6 +80,18 @@ class RunResult:
     seconds: float = 0.0
     boundary: Boundary = field(default_factory=dict)
 
+    def summary(self) -> dict[str, Any]:
+        """The JSON summary ``bergstream pipeline run`` prints: table, batches, records,
+        bytes_written, seconds (rounded to ms) and the boundary by partition (text keys)."""
+        return {
+            "table": self.table,
+            "batches": self.batches,
+            "records": self.records,
+            "bytes_written": self.bytes_written,
+            "seconds": round(self.seconds, 3),
+            "boundary": {str(p): o for p, o in sorted(self.boundary.items())},
+        }
+
 
 def starting_offsets(
     offsets: TopicOffsets, boundary: Boundary, fail_on_data_loss: bool, report: Report

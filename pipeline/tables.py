@@ -339,9 +339,7 @@ def create_table(
     builder = catalog.buildTable(identifier, java_schema)
     if spec is not None:
         builder = builder.withPartitionSpec(
-            jvm.org.apache.iceberg.PartitionSpecParser.fromJson(
-                java_schema, spec.model_dump_json()
-            )
+            jvm.org.apache.iceberg.PartitionSpecParser.fromJson(java_schema, spec.model_dump_json())
         )
     if sort_order is not None:
         builder = builder.withSortOrder(
@@ -357,8 +355,7 @@ def create_table(
     except Exception as error:
         if "AlreadyExists" not in _java_error_class(error):
             raise PipelineSetupError(
-                f"cannot create table {namespace}.{topic} in catalog '{lake.catalog_name}': "
-                f"{error}"
+                f"cannot create table {namespace}.{topic} in catalog '{lake.catalog_name}': {error}"
             ) from error
         return False
     return True

@@ -13,8 +13,6 @@ import datetime as dt
 import decimal
 import json
 import os
-import subprocess
-import sys
 import textwrap
 import time
 import uuid
@@ -48,12 +46,12 @@ from tests.kits.isk_gateway import (
 )
 from tests.kits.ksi_stack import lake_yaml, run_pipeline_once
 from tests.kits.trino import create_catalog
+from tests.kits.worker_spark import maintain_in_worker
 
 psycopg = pytest.importorskip("psycopg")
 
 pytestmark = pytest.mark.slow
 
-BERGSTREAM = str(Path(sys.executable).with_name("bergstream"))
 #: Examples per stage: at least 50 in all (two stages).
 EXAMPLES = int(os.environ.get("BERGSTREAM_CDC_EXAMPLES", "26"))
 
@@ -404,15 +402,7 @@ def check_spark_and_trino(stage: Stage, trino: Any) -> None:
 
 
 def maintain(config: Path, topic: str) -> None:
-    done = subprocess.run(
-        [BERGSTREAM, "pipeline", "maintain", "-c", str(config), "--topic", topic],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout[done.stdout.index("{") :])
+    report = maintain_in_worker(config, topic)
     assert report["state"]["deletes_after"]["delete_files"] == 0, report["state"]
 
 

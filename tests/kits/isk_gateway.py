@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bergstream.devstack.stack.ports import free_ports
+from tests.kits.worker_spark import worker_spark
 from tests.support import ProxyProcess, start_bergstream_run
 
 ACCESS_KEY = "isk-test"
@@ -158,16 +159,6 @@ def attach_spark_catalog(spark: Any, catalog_url: str) -> str:
 
 @contextlib.contextmanager
 def shared_spark() -> Iterator[Any]:
-    """The run's one Spark session (pyspark's getOrCreate returns a running one, e.g. the
-    pipeline tests'); stopped on exit only if this call started it."""
-    from pyspark import SparkContext
-
-    from bergstream.pipeline.session import build_session
-
-    started = SparkContext._active_spark_context is None
-    session = build_session({"spark.driver.memory": "1g"})
-    try:
-        yield session
-    finally:
-        if started:
-            session.stop()
+    """The test process's one Spark session (:func:`~tests.kits.worker_spark.worker_spark`),
+    which the in-process pipeline runs use too; left running for the next test."""
+    yield worker_spark()

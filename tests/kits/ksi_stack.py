@@ -1,5 +1,6 @@
 """Helpers of the end-to-end tests on the stack (KSI's first): produce known records, copy them
-with the real pipeline (on the session's stack or on a secured one), delete the first ones in
+with the real pipeline (in the test process's Spark session, on the session's stack or on a
+secured one), delete the first ones in
 Kafka, and run ``bergstream run`` with the ksi filter."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from bergstream.devstack.stack.env import StackEnv
 from bergstream.devstack.stack.ports import free_port_block
+from tests.kits.worker_spark import run_pipeline_in_worker
 from tests.support import BERGSTREAM, ProxyProcess, start_bergstream_run
 
 BASE_TIMESTAMP = 1_600_000_000_000
@@ -114,6 +116,14 @@ def lake_yaml(home: Path, kafka_bootstrap: str) -> str:
 
 
 def run_pipeline_once(config: Path, topic: str, timeout: float = 900) -> dict[str, Any]:
+    """``bergstream pipeline run --once`` in the test process's Spark session
+    (:func:`~tests.kits.worker_spark.run_pipeline_in_worker`), or as the command for a lake on
+    a Spark cluster; its JSON summary."""
+    summary = run_pipeline_in_worker(config, topic)
+    return summary if summary is not None else run_pipeline_command(config, topic, timeout)
+
+
+def run_pipeline_command(config: Path, topic: str, timeout: float = 900) -> dict[str, Any]:
     """``bergstream pipeline run --once`` as a process; its JSON summary (the last stdout line
     that is a JSON object: Spark's Ivy prints to stdout too)."""
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}

@@ -24,7 +24,7 @@ from bergstream.pipeline.settings import (
     pipeline_lake,
     resolve_pipeline_lake,
 )
-from bergstream.pipeline.stream import starting_offsets
+from bergstream.pipeline.stream import RunResult, starting_offsets
 
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
 
@@ -206,3 +206,17 @@ def test_help_does_not_start_spark():
         "assert 'pyspark' not in sys.modules, 'pyspark imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_run_summary_is_what_the_command_prints() -> None:
+    """``pipeline run`` prints :meth:`RunResult.summary`: partitions as text keys in order,
+    seconds to the millisecond (the in-process test runs return the same)."""
+    result = RunResult("coldset.t", 2, 30, 4096, 1.23456, {10: 7, 2: 23})
+    assert result.summary() == {
+        "table": "coldset.t",
+        "batches": 2,
+        "records": 30,
+        "bytes_written": 4096,
+        "seconds": 1.235,
+        "boundary": {"2": 23, "10": 7},
+    }
