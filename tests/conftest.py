@@ -48,20 +48,14 @@ from hypothesis import HealthCheck, settings  # noqa: E402  (after its storage d
 #:   must not turn a slow example into a failure), and the blob that replays a failure printed
 #:   in the CI log (``@reproduce_failure``).
 #: - ``thorough``: 1,000 examples per test without its own count, for a run before a release.
-settings.register_profile(
-    "ci",
-    max_examples=50,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile(
-    "thorough",
-    max_examples=1000,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+for profile, examples in (("ci", 50), ("thorough", 1000)):
+    settings.register_profile(
+        profile,
+        max_examples=examples,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 #: Test files that take minutes (CI's durations report), longest first: they start first, so the
