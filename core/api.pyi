@@ -205,7 +205,15 @@ from .typed.typed_rows import (
     report_undecodable,
     split_framing,
 )
-from .varints import put_varint, put_zigzag, read_varint, unzigzag, varint_size, zigzag
+from .varints import (
+    put_varint,
+    put_zigzag,
+    read_varint,
+    unzigzag,
+    varint_size,
+    varint_too_long,
+    zigzag,
+)
 
 __all__ = [
     "API_VERSION",
@@ -397,6 +405,7 @@ __all__ = [
     "undecodable_reasons",
     "unzigzag",
     "varint_size",
+    "varint_too_long",
     "wire_round_trip",
     "with_header",
     "zigzag",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bergstream.core.api import cached_njit, read_varint, unzigzag
+from bergstream.core.api import cached_njit, read_varint, unzigzag, varint_too_long
 from bergstream.plugins.value_codecs.avro.ops import (
     ERR_BLOCK,
     ERR_DECIMAL,
@@ -86,12 +86,12 @@ def _read_long(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, bool]:
     """The zigzag varint (an Avro int or long) at ``pos``: value, next position (``-code`` on
     error: :data:`ERR_TRUNCATED`, :data:`ERR_VARINT` beyond 64 bits), whether its encoding
     is longer than needed."""
-    raw, pos, flags = read_varint(buf, pos, end)
-    if pos < 0:
-        return 0, -ERR_TRUNCATED if pos == -1 else -ERR_VARINT, False
+    raw, after, flags = read_varint(buf, pos, end)
+    if after < 0:
+        return 0, -ERR_VARINT if varint_too_long(pos, end) else -ERR_TRUNCATED, False
     if flags & _OVERFLOW:
         return 0, -ERR_VARINT, False
-    return unzigzag(raw), pos, (flags & _OVERLONG) != 0
+    return unzigzag(raw), after, (flags & _OVERLONG) != 0
 
 
 @cached_njit(nogil=True)
