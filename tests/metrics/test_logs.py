@@ -150,35 +150,45 @@ def test_the_log_format_is_chosen_on_the_command_line_or_in_the_config(
     assert type(handler.formatter).__name__ == "JsonFormatter"
 
 
+def verbose_lines(lines: list[tuple[str, int, str]], trace_clients: bool = False) -> str:
+    """What ``-v`` (or ``-vv``: ``trace_clients``) writes of ``lines`` (logger, level,
+    message); the libraries' levels restored afterwards."""
+    libraries = {name: logging.getLogger(name).level for name in ("numba", "aiokafka")}
+    stream = io.StringIO()
+    try:
+        configure_logging(logging.DEBUG, "text", stream, trace_clients=trace_clients)
+        for logger, level, message in lines:
+            logging.getLogger(logger).log(level, message)
+    finally:
+        for name, level in libraries.items():
+            logging.getLogger(name).setLevel(level)
+    return stream.getvalue()
+
+
 @pytest.mark.parametrize("trace_clients", [False, True])
 def test_the_kafka_clients_wire_trace_needs_vv(restore_root: None, trace_clients: bool) -> None:
     """``-v`` shows bergstream's debug lines and the Kafka client's INFO and above; ``-vv``
     (``trace_clients``) adds the client's every request and response."""
-    saved = logging.getLogger("aiokafka").level
-    stream = io.StringIO()
-    try:
-        configure_logging(logging.DEBUG, "text", stream, trace_clients=trace_clients)
-        logging.getLogger("aiokafka.conn").debug("Request to 127.0.0.1:9092 7: MetadataRequest")
-        logging.getLogger("aiokafka.conn").info("connection lost")
-        logging.getLogger("bergstream.runner").debug("starting isk")
-    finally:
-        logging.getLogger("aiokafka").setLevel(saved)
-    written = stream.getvalue()
+    written = verbose_lines(
+        [
+            ("aiokafka.conn", logging.DEBUG, "Request to 127.0.0.1:9092 7: MetadataRequest"),
+            ("aiokafka.conn", logging.INFO, "connection lost"),
+            ("bergstream.runner", logging.DEBUG, "starting isk"),
+        ],
+        trace_clients,
+    )
     assert "starting isk" in written and "connection lost" in written
     assert ("MetadataRequest" in written) is trace_clients
 
 
 def test_verbose_logging_keeps_numba_compiler_passes_out(restore_root: None) -> None:
     """``-v`` shows bergstream's debug lines, not numba's IR dumps."""
-    saved = logging.getLogger("numba").level
-    stream = io.StringIO()
-    try:
-        configure_logging(logging.DEBUG, "text", stream)
-        logging.getLogger("numba.core.ssa").debug("on stmt: $x = arg(0)")
-        logging.getLogger("bergstream.runner").debug("starting isk")
-        logging.getLogger("numba.core.caching").info("cache hit")
-    finally:
-        logging.getLogger("numba").setLevel(saved)
-    written = stream.getvalue()
+    written = verbose_lines(
+        [
+            ("numba.core.ssa", logging.DEBUG, "on stmt: $x = arg(0)"),
+            ("bergstream.runner", logging.DEBUG, "starting isk"),
+            ("numba.core.caching", logging.INFO, "cache hit"),
+        ]
+    )
     assert "starting isk" in written and "cache hit" in written
     assert "on stmt" not in written
