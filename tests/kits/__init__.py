@@ -9,8 +9,8 @@ The stack and its processes:
 - ``ksi_stack``: known records produced to Kafka, ``bergstream pipeline run --once`` (in the
   test process's Spark session, on the session's stack or a secured one: ``pipeline_once``),
   DeleteRecords, a lake section, and ``bergstream run`` with the ksi filter.
-- ``worker_spark``: the test process's one Spark session, and the pipeline's ``run --once`` and
-  ``maintain`` run in it (a lake's catalog attached for the run, then what its name meant
+- ``worker_spark``: the test process's one Spark session, and the pipeline's ``run --once`` run
+  in it (a lake's catalog attached for the run, then what its name meant
   before restored).
 - ``lake``: records produced exactly, everything consumed back as ground truth, a table read
   back with PyIceberg and with Spark; the pipeline tests' topic settings.
