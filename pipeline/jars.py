@@ -13,6 +13,7 @@ __all__ = [
     "ICEBERG_VERSION",
     "SPARK_VERSION",
     "SQLITE_JDBC_VERSION",
+    "cache_dir",
     "ivy_dir",
     "ivy_settings",
     "spark_packages",
@@ -54,10 +55,15 @@ def spark_packages() -> str:
     return ",".join(PACKAGES)
 
 
+def cache_dir() -> Path:
+    """``$BERGSTREAM_CACHE`` (default ``~/.cache/bergstream``): downloads and JVM archives."""
+    cache = os.environ.get("BERGSTREAM_CACHE") or Path.home() / ".cache" / "bergstream"
+    return Path(cache).expanduser().resolve()
+
+
 def ivy_dir() -> Path:
     """``$BERGSTREAM_CACHE/ivy`` (default ``~/.cache/bergstream/ivy``): Spark's jar cache."""
-    cache = os.environ.get("BERGSTREAM_CACHE") or Path.home() / ".cache" / "bergstream"
-    return Path(cache).expanduser().resolve() / "ivy"
+    return cache_dir() / "ivy"
 
 
 def ivy_settings() -> Path:

@@ -78,7 +78,11 @@ def _spark(lake: PipelineLake) -> SparkSession:
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
-        spark = build_session(lake.pipeline.spark_conf, lake.pipeline.spark_master)
+        spark = build_session(
+            lake.pipeline.spark_conf,
+            lake.pipeline.spark_master,
+            class_data_sharing=lake.pipeline.class_data_sharing,
+        )
     except PipelineSetupError as error:
         raise click.ClickException(str(error)) from None
     attach_catalog(spark, lake)

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from bergstream.core.api import ResolvedLake, s3_properties
-from bergstream.pipeline.jars import ivy_dir, ivy_settings, spark_packages
+from bergstream.pipeline.class_archive import class_archive_for, with_java_options
+from bergstream.pipeline.jars import cache_dir, ivy_dir, ivy_settings, spark_packages
 from bergstream.pipeline.settings import DEFAULT_MASTER, is_local_master
 
 if TYPE_CHECKING:
@@ -81,12 +82,17 @@ def _child_stdout_to_stderr() -> Iterator[None]:
 
 
 def build_session(
-    extra: dict[str, str] | None = None, master: str = DEFAULT_MASTER
+    extra: dict[str, str] | None = None,
+    master: str = DEFAULT_MASTER,
+    class_data_sharing: bool = True,
 ) -> SparkSession:
     """Start (or return the running) Spark session with :func:`session_conf`: in process, or
     the driver of an application on the cluster of ``master``.
 
-    The first start downloads the jars from Maven Central into the Ivy cache.
+    The first start downloads the jars from Maven Central into the Ivy cache. With
+    ``class_data_sharing`` (``lake.pipeline.class_data_sharing``) the driver's JVM maps the
+    class archive of an earlier start, or writes one when it exits (:mod:`.class_archive`),
+    unless ``spark.driver.extraJavaOptions`` already chooses an archive.
     """
     try:
         from pyspark.sql import SparkSession
@@ -101,6 +107,13 @@ def build_session(
     # modules (PySpark reads only the environment variable, not spark.pyspark.python). On a
     # cluster every executor starts this path, so it must exist there too (see the README).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkContext
+
+    archive = None
+    if class_data_sharing and SparkContext._gateway is None and not _chooses_archive(conf):
+        archive = class_archive_for(conf, cache_dir())
+        if archive is not None:
+            conf = with_java_options(conf, archive.java_options())
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -116,7 +129,16 @@ def build_session(
             "that it accepts this machine's connections (the driver's log above says more)"
         ) from None
     spark.sparkContext.setLogLevel("WARN")
+    jvm = getattr(SparkContext._gateway, "proc", None)
+    if archive is not None and not archive.exists and jvm is not None:
+        archive.publish_when_exited(jvm)
     return spark
+
+
+def _chooses_archive(conf: dict[str, str]) -> bool:
+    """Whether the driver's own Java options already set up class data sharing."""
+    own = conf.get("spark.driver.extraJavaOptions", "")
+    return any(flag in own for flag in ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare"))
 
 
 @contextlib.contextmanager

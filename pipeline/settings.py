@@ -69,6 +69,11 @@ class LakePipelineConfig(StrictModel):
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description="more Spark settings (spark.driver.memory, ...)"
     )
+    class_data_sharing: bool = Field(
+        True,
+        description="the driver's JVM maps a class archive written by the first start under "
+        "$BERGSTREAM_CACHE/class-archives (starts in about half the CPU)",
+    )
     master: str = Field(
         DEFAULT_MASTER,
         description="Spark master: local[N], spark://host:port, yarn, k8s://https://host:port, "
