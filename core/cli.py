@@ -134,32 +134,66 @@ def config_group() -> None:
 
 
 @config_group.command("check")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.argument("file", type=click.Path(path_type=Path))
-def config_check(file: Path) -> None:
+def config_check(file: Path, as_json: bool) -> None:
     """Validate FILE: exit 0 if good, else print every problem and exit 1."""
     from bergstream.core.config import ConfigError, load_config
-    from bergstream.core.plugins import PluginError
+    from bergstream.core.config_checks import nothing_to_run
     from bergstream.core.runner import build_services
 
     registry = _registry()
     try:
         config = load_config(file, registry=registry)
-    except ConfigError as error:
-        for problem in error.problems:
-            click.echo(str(problem), err=True)
-        click.echo(f"{file}: {len(error.problems)} problem(s)", err=True)
-        sys.exit(1)
-    try:
+        idle = nothing_to_run(config, lake_runs=True)
+        if idle:
+            raise ConfigError(idle)
         # What `run` does with a loaded file before anything listens or connects.
         build_services(config, registry)
-    except (PluginError, OSError, ValueError, RuntimeError) as error:
-        click.echo(f"{file}: cannot start: {error}", err=True)
+    except ConfigError as error:
+        if as_json:
+            problems = [problem.as_json() for problem in error.problems]
+            click.echo(json.dumps({"file": str(file), "ok": False, "problems": problems}))
+        else:
+            for problem in error.problems:
+                click.echo(str(problem), err=True)
+            click.echo(f"{file}: {len(error.problems)} problem(s)", err=True)
         sys.exit(1)
-    filters = sum(len(c.filters) for c in config.virtual_clusters)
+    counts = {
+        "virtual_clusters": len(config.virtual_clusters),
+        "filters": sum(len(c.filters) for c in config.virtual_clusters),
+        "services": len(config.services),
+        "lake": config.lake is not None,
+    }
+    if as_json:
+        click.echo(json.dumps({"file": str(file), "ok": True, "problems": [], **counts}))
+        return
     click.echo(
-        f"{file}: OK ({len(config.virtual_clusters)} virtual cluster(s), {filters} filter(s), "
-        f"{len(config.services)} service(s))"
+        f"{file}: OK ({counts['virtual_clusters']} virtual cluster(s), {counts['filters']} "
+        f"filter(s), {counts['services']} service(s){', a lake' if counts['lake'] else ''})"
     )
+
+
+@config_group.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
+@click.argument("file", type=click.Path(path_type=Path))
+def config_show(file: Path, as_json: bool) -> None:
+    """Print FILE as bergstream resolves it: defaults filled in, ${VAR}s substituted, each
+    plugin's settings validated, secrets masked."""
+    import yaml
+
+    from bergstream.core.config import ConfigError, load_config
+    from bergstream.core.config_show import resolved_config
+
+    try:
+        config = load_config(file, registry=_registry())
+    except ConfigError as error:
+        raise click.ClickException(f"{error}\n{file}: {len(error.problems)} problem(s)") from None
+    resolved = resolved_config(config)
+    if as_json:
+        click.echo(json.dumps(resolved, indent=2))
+    else:
+        click.echo(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), nl=False)
 
 
 @cli.command("run")
@@ -175,12 +209,16 @@ def config_check(file: Path) -> None:
 def run_command(ctx: click.Context, config_file: Path) -> None:
     """Start everything the config file configures; SIGTERM or Ctrl-C stops it cleanly."""
     from bergstream.core.config import ConfigError, load_config
+    from bergstream.core.config_checks import nothing_to_run
     from bergstream.core.plugins import PluginError
     from bergstream.core.runner import run_until_signalled
 
     registry = _registry()
     try:
         config = load_config(config_file, registry=registry)
+        idle = nothing_to_run(config, lake_runs=False)
+        if idle:
+            raise ConfigError(idle)
     except ConfigError as error:
         raise click.ClickException(str(error)) from None
     options = ctx.obj or {}
@@ -196,6 +234,8 @@ def run_command(ctx: click.Context, config_file: Path) -> None:
     )
     try:
         run_until_signalled(config, registry)
+    except ConfigError as error:
+        raise click.ClickException(str(error)) from None
     except (PluginError, OSError, ValueError, RuntimeError) as error:
         # Start-up failures (a port in use, a plugin that cannot start with these settings)
         # are the operator's to fix: one line, not a traceback.

@@ -10,7 +10,6 @@ deep (:mod:`bergstream.core.choices`), and validates the sections plugins define
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -18,13 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from bergstream.core.choices import ChoiceResolver, FilterChoice, ServiceChoice
+from bergstream.core.config_checks import cross_checks
+from bergstream.core.config_source import decode_source, read_yaml
 from bergstream.core.kafka_client import KafkaClientSettings
 from bergstream.core.lake import LakeConfig, LakeConfigError, resolve_lake
-from bergstream.core.models import Bootstrap, StrictModel
+from bergstream.core.models import Bootstrap, StrictModel, is_host
+from bergstream.core.plugins import PluginError
 from bergstream.core.problems import Loc, Problem, format_loc, pydantic_problems
 from bergstream.core.sections import check_sections
 from bergstream.core.table_modes import TablesSettings
@@ -44,10 +45,23 @@ class ConfigProblem:
     path: str
     message: str
     line: int | None = None
+    column: int | None = None
 
     def __str__(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line else self.file
+        where = self.file
+        if self.line:
+            where += f":{self.line}" + (f":{self.column}" if self.column else "")
         return f"{where}: {self.path or '<root>'}: {self.message}"
+
+    def as_json(self) -> dict[str, Any]:
+        """The problem as ``config check --json`` prints it."""
+        return {
+            "file": self.file,
+            "line": self.line,
+            "column": self.column,
+            "path": self.path,
+            "message": self.message,
+        }
 
 
 class ConfigError(Exception):
@@ -56,6 +70,11 @@ class ConfigError(Exception):
     def __init__(self, problems: list[ConfigProblem]) -> None:
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
+
+
+#: What a plugin's factory raises when it cannot work with its settings (``bergstream run`` and
+#: ``config check`` report them as problems of the file, not tracebacks).
+SETUP_ERRORS: tuple[type[BaseException], ...] = (PluginError, OSError, ValueError, RuntimeError)
 
 
 # --------------------------------------------------------------------------- models
@@ -119,6 +138,12 @@ class GatewayConfig(StrictModel):
     advertised_host: str | None = Field(
         None, description="host name put in Metadata responses; defaults to host"
     )
+
+    @field_validator("host", "advertised_host")
+    @classmethod
+    def _host(cls, value: str | None) -> str | None:
+        return None if value is None else check_listen_host(value)
+
     broker_start_port: int | None = Field(
         None, ge=1, le=65535, description="port of the lowest broker id; defaults to port + 1"
     )
@@ -165,24 +190,14 @@ class VirtualClusterConfig(StrictModel):
     )
 
 
-_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
-
-
 def check_listen_host(value: str) -> str:
     """Validate an address to listen on: an IPv4/IPv6 address or a DNS host name."""
-    text = value.strip("[]")
-    try:
-        ipaddress.ip_address(text)
-        return text
-    except ValueError:
-        pass
-    labels = text.rstrip(".").split(".")
-    if not text or len(text) > 253 or not all(_HOST_LABEL.match(label) for label in labels):
+    if not is_host(value):
         raise ValueError(
             f"'{value}' is not an IP address or host name: use e.g. 127.0.0.1 (this machine "
             "only), 0.0.0.0 (every interface) or ::1"
         )
-    return text
+    return value.strip("[]")
 
 
 class MetricsConfig(StrictModel):
@@ -244,22 +259,48 @@ class BergstreamConfig(StrictModel):
         "by dotted path, as the loader validated them; empty without a registry",
     )
 
+    lines: dict[str, int] = Field(
+        default_factory=dict,
+        exclude=True,
+        description="(internal) the line of each path of the file (``virtual_clusters[0]``)",
+    )
+
     @model_validator(mode="before")
     @classmethod
-    def _bare_metrics_key(cls, data: Any) -> Any:
-        # A bare ``metrics:`` line (YAML null) means the endpoint with every default.
-        if isinstance(data, dict) and "metrics" in data and data["metrics"] is None:
-            return {**data, "metrics": {}}
+    def _bare_section_keys(cls, data: Any) -> Any:
+        # A bare ``metrics:`` line (YAML null) means the endpoint with every default; so does a
+        # bare ``logging:`` etc., and a bare ``lake:`` then asks for the lake's required keys.
+        if isinstance(data, dict):
+            return {
+                key: _EMPTY_SECTIONS[key]() if value is None and key in _EMPTY_SECTIONS else value
+                for key, value in data.items()
+            }
         return data
 
-    @model_validator(mode="after")
-    def _unique_cluster_names(self) -> BergstreamConfig:
-        seen: set[str] = set()
-        for cluster in self.virtual_clusters:
-            if cluster.name in seen:
-                raise ValueError(f"virtual cluster name '{cluster.name}' is used twice")
-            seen.add(cluster.name)
-        return self
+    def problem_at(self, path: str, error: BaseException) -> ConfigProblem:
+        """``error`` (a plugin refusing its settings) as a problem of this file at ``path``."""
+        message = str(error).removeprefix(f"{self.source}: ")
+        return ConfigProblem(self.source, path, message, self.line_of(path))
+
+    def line_of(self, path: str) -> int | None:
+        """The line of ``path`` (``virtual_clusters[0].filters[1]``) in the file, or of its
+        nearest enclosing key."""
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[: max(path.rfind("."), path.rfind("["), 0)]
+        return None
+
+
+_EMPTY_SECTIONS: dict[str, type] = {
+    "metrics": dict,
+    "logging": dict,
+    "codecs": dict,
+    "tables": dict,
+    "lake": dict,
+    "virtual_clusters": list,
+    "services": list,
+}
 
 
 # --------------------------------------------------------------------------- loading
@@ -294,22 +335,6 @@ def interpolate(value: Any, env: Mapping[str, str], loc: Loc, problems: list[Pro
     return value
 
 
-def _construct(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> Any:
-    """Build plain Python data from a YAML node tree, noting the line of every location."""
-    lines[loc] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            key = str(yaml.safe_load(yaml.serialize(key_node)))
-            out[key] = _construct(value_node, (*loc, key), lines)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_construct(child, (*loc, i), lines) for i, child in enumerate(node.value)]
-    # The composer already resolved the scalar's tag; construct it directly (re-serializing
-    # a bare null, as in ``metrics:``, yields a document YAML cannot parse back).
-    return yaml.SafeLoader("").construct_object(node, deep=True)
-
-
 def _line_for(loc: Loc, lines: Mapping[Loc, int]) -> int | None:
     while loc:
         if loc in lines:
@@ -318,12 +343,18 @@ def _line_for(loc: Loc, lines: Mapping[Loc, int]) -> int | None:
     return lines.get(())
 
 
-def _lake_problems(config: BergstreamConfig) -> list[Problem]:
-    """What :func:`~bergstream.core.lake.resolve_lake` (run by every user of the lake) refuses."""
-    if config.lake is None:
+def _lake_problems(data: dict[str, Any]) -> list[Problem]:
+    """What :func:`~bergstream.core.lake.resolve_lake` (run by every user of the lake) refuses,
+    when the ``lake:`` section validates by itself."""
+    raw = data.get("lake")
+    if not isinstance(raw, dict):
         return []
     try:
-        resolve_lake(config.lake)
+        lake = LakeConfig.model_validate(raw)
+    except ValidationError:
+        return []
+    try:
+        resolve_lake(lake)
     except LakeConfigError as error:
         return [(tuple(error.path.split(".")), str(error))]
     return []
@@ -357,56 +388,55 @@ def parse_config(
     registry: PluginRegistry | None = None,
     env: Mapping[str, str] | None = None,
 ) -> BergstreamConfig:
-    """Parse, interpolate and validate config ``text``; raise :class:`ConfigError` on problems.
+    """Parse, interpolate and validate config ``text``; raise :class:`ConfigError` listing every
+    problem of the file at once (YAML, variables, fields, cross-key checks, plugins).
 
     With a ``registry``, every ``{type, config}`` choice of the file (``filters[]``,
     ``services[]`` and those inside plugin settings) is resolved and its ``config`` validated
     against the chosen plugin's model (stored on the choice's ``settings``), and every section a
     plugin defines is validated (stored in ``config.sections``).
     """
-    lines: dict[Loc, int] = {}
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
+    parsed = read_yaml(text)
+    early = [
+        ConfigProblem(source, format_loc(p.loc), p.message, p.line, p.column)
+        for p in parsed.problems
+    ]
+    if parsed.data is None:
+        raise ConfigError(early)
+    if not isinstance(parsed.data, dict):
         raise ConfigError(
-            [
-                ConfigProblem(
-                    source,
-                    "",
-                    f"not valid YAML: {error}",
-                    mark.line + 1 if mark is not None else None,
-                )
-            ]
-        ) from None
-    raw = {} if node is None else _construct(node, (), lines)
-    if not isinstance(raw, dict):
-        raise ConfigError(
-            [ConfigProblem(source, "", "the file must hold a mapping at top level", 1)]
+            [ConfigProblem(source, "", "the file must hold a mapping of keys at top level", 1)]
         )
-
+    lines = parsed.lines
+    unset: list[Problem] = []
+    data = interpolate(parsed.data, os.environ if env is None else env, (), unset)
     found: list[Problem] = []
-    data = interpolate(raw, os.environ if env is None else env, (), found)
 
     config: BergstreamConfig | None = None
-    if not found:
-        try:
-            config = BergstreamConfig.model_validate({**data, "source": source})
-        except ValidationError as error:
-            found.extend(pydantic_problems(error))
-        else:
-            found.extend(_lake_problems(config))
-        if registry is not None:
-            found.extend(_plugin_problems(data, config, registry))
-    if found:
-        raise ConfigError(
-            [
-                ConfigProblem(source, format_loc(loc), msg, _line_for(loc, lines))
-                for loc, msg in found
-            ]
+    try:
+        config = BergstreamConfig.model_validate(
+            {**data, "source": source, "lines": {format_loc(loc): n for loc, n in lines.items()}}
         )
+    except ValidationError as error:
+        found += pydantic_problems(error)
+    found += _lake_problems(data)
+    if registry is not None:
+        found += _plugin_problems(data, config, registry)
+    services = [getattr(c, "settings", None) for c in config.services] if config else []
+    found += cross_checks(data, services)
+    # A value still holding an unset ${VAR} is reported as such, not as what it fails to be.
+    found = [*unset, *(p for p in found if not _under(p[0], unset))]
+    problems = early + [
+        ConfigProblem(source, format_loc(loc), msg, _line_for(loc, lines)) for loc, msg in found
+    ]
+    if problems:
+        raise ConfigError(problems)
     assert config is not None
     return config
+
+
+def _under(loc: Loc, problems: list[Problem]) -> bool:
+    return any(loc[: len(other)] == other for other, _ in problems)
 
 
 def load_config(
@@ -418,9 +448,15 @@ def load_config(
     """Read and validate the config file at ``path`` (see :func:`parse_config`)."""
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        raw = file.read_bytes()
     except OSError as error:
         raise ConfigError(
             [ConfigProblem(str(file), "", f"cannot read the file: {error.strerror}")]
         ) from None
+    text, problem = decode_source(raw)
+    if problem is not None:
+        raise ConfigError(
+            [ConfigProblem(str(file), "", problem.message, problem.line, problem.column)]
+        )
+    assert text is not None
     return parse_config(text, source=str(file), registry=registry, env=env)

@@ -6,6 +6,8 @@ A location is the path of keys and list indexes from the top of the file, e.g.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ValidationError
 
 __all__ = ["Loc", "Problem", "format_loc", "pydantic_problems"]
@@ -31,13 +33,31 @@ def pydantic_problems(error: ValidationError, prefix: Loc = ()) -> list[Problem]
     """The problems of a failed validation, each under ``prefix`` (where the data came from)."""
     out: list[Problem] = []
     for item in error.errors():
-        loc = (*prefix, *item["loc"])
-        message = item["msg"]
-        if item["type"] == "extra_forbidden":
-            message = "unknown key: remove it or check its spelling"
-        elif item["type"] == "missing":
-            message = "required key is missing"
-        elif "input" in item and item["type"] not in ("model_type", "dict_type"):
-            message = f"{message} (got {item['input']!r})"
-        out.append((loc, message))
+        out.append(((*prefix, *item["loc"]), _message(item)))
     return out
+
+
+#: Errors whose message already says what the value is.
+_SELF_TELLING = frozenset({"value_error", "assertion_error", "extra_forbidden", "missing"})
+
+
+def _message(item: Any) -> str:
+    kind, message = item["type"], item["msg"]
+    if kind == "extra_forbidden":
+        return "unknown key: remove it or check its spelling"
+    if kind == "missing":
+        return "required key is missing"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        got = item.get("input")
+        what = "nothing" if got is None else f"{type(got).__name__} {_short(got)}"
+        return f"expected a mapping of keys here, got {what}"
+    if kind in ("value_error", "assertion_error"):
+        message = message.split(", ", 1)[1] if ", " in message else message
+    if "input" in item and kind not in _SELF_TELLING:
+        message = f"{message} (got {_short(item['input'])})"
+    return message
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."

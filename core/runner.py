@@ -11,7 +11,12 @@ from collections.abc import Callable
 from bergstream.core.arrow_memory import use_system_allocator
 from bergstream.core.backends import ServiceContext
 from bergstream.core.choices import choice_settings
-from bergstream.core.config import BergstreamConfig
+from bergstream.core.config import (
+    SETUP_ERRORS,
+    BergstreamConfig,
+    ConfigError,
+    ConfigProblem,
+)
 from bergstream.core.home import bergstream_home
 from bergstream.core.plugins import PluginRegistry
 from bergstream.core.service import Service
@@ -24,21 +29,30 @@ def build_services(config: BergstreamConfig, registry: PluginRegistry) -> list[S
     service per virtual cluster (its proxy) and per ``services:`` entry, in config order.
 
     Builds without starting (nothing listens, nothing connects): what ``bergstream run`` does
-    with a loaded config before it starts anything, so a file it refuses fails here."""
+    with a loaded config before it starts anything, so a file it refuses fails here, with one
+    :class:`ConfigError` naming every filter and service that refused its settings, and where."""
     from bergstream.core.proxy.server import ProxyServer, build_filter_factories
 
     services: list[Service] = []
+    refused: list[ConfigProblem] = []
     if config.metrics is not None and config.metrics.enabled:
         from bergstream.core.metrics_http import MetricsServer
 
         services.append(MetricsServer(config.metrics))
     for cluster in config.virtual_clusters:
-        factories = build_filter_factories(cluster, config, registry)
-        services.append(ProxyServer(cluster, factories))
+        try:
+            services.append(ProxyServer(cluster, build_filter_factories(cluster, config, registry)))
+        except ConfigError as error:
+            refused += error.problems
     context = ServiceContext(config=config, plugins=registry, home=bergstream_home())
-    for instance in config.services:
+    for index, instance in enumerate(config.services):
         registration = registry.get("service", instance.type)
-        services.append(registration.factory(choice_settings(instance, registry), context))
+        try:
+            services.append(registration.factory(choice_settings(instance, registry), context))
+        except SETUP_ERRORS as error:
+            refused.append(config.problem_at(f"services[{index}]", error))
+    if refused:
+        raise ConfigError(refused)
     return services
 
 

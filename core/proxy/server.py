@@ -9,7 +9,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from bergstream.core.choices import choice_settings
-from bergstream.core.config import BergstreamConfig, VirtualClusterConfig
+from bergstream.core.config import (
+    SETUP_ERRORS,
+    BergstreamConfig,
+    ConfigError,
+    ConfigProblem,
+    VirtualClusterConfig,
+)
 from bergstream.core.plugins import PluginRegistry
 from bergstream.core.proxy.api import FilterFactory, FilterFactoryContext
 from bergstream.core.proxy.connection import ProxyConnection
@@ -31,12 +37,24 @@ def build_filter_factories(
     Each ``filters[]`` entry names a registered filter plugin; its settings (validated by the
     config loader, or here if the config was loaded without a registry) go to the factory with a
     :class:`FilterFactoryContext`.
+
+    A factory that refuses its settings (:data:`~bergstream.core.config.SETUP_ERRORS`) makes a
+    :class:`~bergstream.core.config.ConfigError` naming every refusing filter of the chain, with
+    its place in the file.
     """
     context = FilterFactoryContext(virtual_cluster=cluster.name, config=config, plugins=registry)
+    index = next(i for i, c in enumerate(config.virtual_clusters) if c is cluster)
     factories: list[FilterFactory[Any]] = []
-    for instance in cluster.filters:
+    refused: list[ConfigProblem] = []
+    for position, instance in enumerate(cluster.filters):
         registration = registry.get("filter", instance.type)
-        factories.append(registration.factory(choice_settings(instance, registry), context))
+        try:
+            factories.append(registration.factory(choice_settings(instance, registry), context))
+        except SETUP_ERRORS as error:
+            path = f"virtual_clusters[{index}].filters[{position}]"
+            refused.append(config.problem_at(path, error))
+    if refused:
+        raise ConfigError(refused)
     return factories
 
 

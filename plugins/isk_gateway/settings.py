@@ -108,6 +108,13 @@ class IskServiceConfig(StrictModel):
         "(a revoked ACL takes effect within this time; 0: asked on every request)",
     )
 
+    def listeners(self) -> list[tuple[str, str, int]]:
+        """The catalog's and the S3 gateway's sockets, for ``config check``'s port check."""
+        return [
+            ("ISK catalog", self.http.catalog_host, self.http.catalog_port),
+            ("ISK S3 gateway", self.http.s3_host, self.http.s3_port),
+        ]
+
     @field_validator("cluster")
     @classmethod
     def _valid_cluster(cls, value: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import socket
 import urllib.request
 from pathlib import Path
@@ -57,7 +58,7 @@ def test_the_section_is_optional_and_has_defaults() -> None:
         ("{host: 'a_b..c'}", "metrics.host", "is not an IP address or host name"),
         ("{prot: 9464}", "metrics.prot", "unknown key"),
         ("{enabled: maybe}", "metrics.enabled", "valid boolean"),
-        ("8080", "metrics", "valid dictionary"),
+        ("8080", "metrics", "expected a mapping of keys here, got int 8080"),
     ],
 )
 def test_bad_values_are_clear_config_errors(section: str, path: str, words: str) -> None:
@@ -101,6 +102,9 @@ def port_is_free(port: int) -> bool:
 
 
 async def test_the_endpoint_serves_current_values_and_releases_its_port() -> None:
+    # The families a running ISK and KSI define (each plugin's metrics module, as it imports).
+    importlib.import_module("bergstream.plugins.isk_gateway.metrics")
+    importlib.import_module("bergstream.plugins.ksi_fetch_filter.metrics")
     server = MetricsServer(MetricsConfig(port=0))
     await server.start()
     try:
@@ -148,7 +152,7 @@ def test_bergstream_run_reports_a_taken_metrics_port_in_one_line(tmp_path: Path)
         taken.listen()
         port = taken.getsockname()[1]
         config = tmp_path / "run.yaml"
-        config.write_text(f"metrics: {{port: {port}}}\n")
+        config.write_text(CLUSTER + f"metrics: {{port: {port}}}\n")
         result = CliRunner().invoke(cli, ["run", "-c", str(config)])
     assert result.exit_code == 1
     assert f"cannot start: metrics: cannot listen on 127.0.0.1:{port}" in result.output

@@ -152,12 +152,15 @@ def test_overlapping_ports_are_refused():
 def test_duplicate_cluster_names():
     cluster = "  - name: a\n    target: {bootstrap: 'h:1'}\n    gateway: {port: 1000}\n"
     out = problems("virtual_clusters:\n" + cluster + cluster.replace("1000", "2000"))
-    assert "used twice" in out[0]
+    assert out == [
+        "c.yaml:5: virtual_clusters[1].name: virtual cluster name 'a' is also the name of "
+        "virtual_clusters[0]: give each cluster its own name"
+    ]
 
 
 def test_invalid_yaml_and_non_mapping():
     assert "not valid YAML" in problems("a: [1, 2\n")[0]
-    assert "mapping at top level" in problems("- 1\n- 2\n")[0]
+    assert "mapping of keys at top level" in problems("- 1\n- 2\n")[0]
 
 
 def test_empty_file_is_an_empty_config():
