@@ -28,7 +28,7 @@ from .choices import (
     ValueCodecChoice,
     choice_settings,
 )
-from .config import BergstreamConfig, ConfigError, load_config
+from .config import BergstreamConfig, ConfigError, MetricsConfig, load_config
 from .current_state import (
     StateChanges,
     StateLayout,
@@ -40,6 +40,7 @@ from .current_state import (
     state_layout,
     undecodable_reasons,
 )
+from .health import ProbeFailed, ReadinessCheck, http_probe, tcp_probe
 from .home import bergstream_cache, bergstream_home
 from .hookspecs import API_VERSION, hookimpl
 from .kafka_client import KafkaClientSettings, KafkaSettingsError
@@ -65,6 +66,7 @@ from .lake import (
     s3_properties,
 )
 from .logs import component_log
+from .metrics_http import MetricsServer, MetricsStartError
 from .models import Bootstrap, StrictModel
 from .plugins import PluginError, PluginRegistry, command_registry, load_registry
 from .proxy.api import (
@@ -90,6 +92,7 @@ from .proxy.codec import (
     request_schema,
     response_schema,
 )
+from .readiness import kafka_check, lake_checks, registry_check
 from .records import (
     BatchInfo,
     Record,
@@ -288,10 +291,15 @@ __all__ = [
     "LakeConfig",
     "LakeConfigError",
     "LogComponent",
+    "MetricsConfig",
+    "MetricsServer",
+    "MetricsStartError",
     "PluginChoice",
     "PluginError",
     "PluginRegistry",
+    "ProbeFailed",
     "ProxyFilter",
+    "ReadinessCheck",
     "Record",
     "RegisteredSchema",
     "Registration",
@@ -363,7 +371,10 @@ __all__ = [
     "format_boundary",
     "frame_payloads",
     "hookimpl",
+    "http_probe",
+    "kafka_check",
     "kafka_request",
+    "lake_checks",
     "load_catalog",
     "load_config",
     "load_registry",
@@ -383,6 +394,7 @@ __all__ = [
     "read_varint",
     "record_batch",
     "reduce_changes",
+    "registry_check",
     "rejected_layout",
     "rejected_log_rows",
     "report_undecodable",
@@ -402,6 +414,7 @@ __all__ = [
     "state_identities",
     "state_layout",
     "table_boundary",
+    "tcp_probe",
     "undecodable_reasons",
     "unzigzag",
     "varint_size",

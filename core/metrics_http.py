@@ -1,22 +1,34 @@
-"""The Prometheus endpoint of ``bergstream run`` (the config file's ``metrics:`` section).
+"""The HTTP endpoint of a bergstream process (the config file's ``metrics:`` section, or
+``pipeline run --metrics-port``): ``GET /metrics`` in Prometheus' text format, ``GET /healthz``
+(the process is up), ``GET /readyz`` (every dependency answers, :mod:`bergstream.core.health`)
+and, where the process has one, a page at ``GET /``.
 
-Served by ``prometheus_client``'s own HTTP server on a background thread, so a scrape never waits
-for, nor delays, the event loop that moves Kafka traffic. It exposes the default registry: every
-metric of :mod:`bergstream.core.metrics` plus the process and Python collectors.
+Served on a background thread (a threading WSGI server), so a scrape or a readiness probe never
+waits for, nor delays, the event loop that moves Kafka traffic. ``/metrics`` exposes the default
+registry: every metric the process's modules define plus the process and Python collectors.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
-from wsgiref.simple_server import WSGIServer
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+from wsgiref.simple_server import WSGIServer, make_server
 
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 
 from bergstream.core.config import MetricsConfig
+from bergstream.core.health import ReadinessCheck, check_results
 
 log = logging.getLogger("bergstream.metrics")
+
+#: A page of the process: called per request with the query string, returns (content type, body).
+Page = Callable[[str], tuple[str, bytes]]
 
 
 class MetricsStartError(RuntimeError):
@@ -24,8 +36,11 @@ class MetricsStartError(RuntimeError):
 
 
 class MetricsServer:
-    """A :class:`~bergstream.core.service.Service` serving ``GET /metrics`` in Prometheus' text
-    format on ``config.host:config.port``."""
+    """A :class:`~bergstream.core.service.Service` serving the process's endpoint on
+    ``config.host:config.port``.
+
+    ``/readyz`` answers 503 until :meth:`mark_ready` (every service of the process accepts
+    work), then runs the checks :meth:`add_checks` gave it."""
 
     name = "metrics"
 
@@ -33,6 +48,11 @@ class MetricsServer:
         self.config = config
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
+        self._checks: list[ReadinessCheck] = []
+        self._pages: dict[str, Page] = {}
+        self._ready = False
+        self._began = time.monotonic()
+        self._metrics_app = make_wsgi_app()
 
     @property
     def port(self) -> int:
@@ -46,13 +66,66 @@ class MetricsServer:
         """``http://host:port/metrics``."""
         return self.config.url(self.port)
 
+    def add_checks(self, checks: Iterable[ReadinessCheck]) -> None:
+        """Dependencies ``/readyz`` probes."""
+        self._checks.extend(checks)
+
+    def add_page(self, path: str, page: Page) -> None:
+        """Serve ``page`` at ``path`` (``/`` for the status page)."""
+        self._pages[path] = page
+
+    def mark_ready(self, ready: bool = True) -> None:
+        """Whether every service of the process has started (``/readyz`` is 503 before)."""
+        self._ready = ready
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """What ``/readyz`` answers: ready or not, and the JSON body naming each dependency."""
+        results = check_results(self._checks)
+        failing = [result["name"] for result in results if not result["ok"]]
+        if not self._ready:
+            failing.insert(0, "starting")
+        body = {"ready": not failing, "failing": failing, "checks": results}
+        return not failing, body
+
+    def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/metrics" or path.startswith("/metrics/"):
+            return self._metrics_app(environ, start_response)  # type: ignore[no-any-return]
+        if path == "/healthz":
+            uptime = round(time.monotonic() - self._began, 1)
+            return _json(start_response, 200, {"status": "up", "uptime_seconds": uptime})
+        if path == "/readyz":
+            ready, body = self.readiness()
+            return _json(start_response, 200 if ready else 503, body)
+        page = self._pages.get(path)
+        if page is not None:
+            try:
+                content_type, content = page(environ.get("QUERY_STRING", ""))
+            except Exception:
+                log.exception("the page %s failed", path)
+                return _json(start_response, 500, {"error": f"the page {path} failed; see the log"})
+            start_response(
+                "200 OK", [("Content-Type", content_type), ("Cache-Control", "no-store")]
+            )
+            return [content]
+        known = ["/metrics", "/healthz", "/readyz", *sorted(self._pages)]
+        return _json(start_response, 404, {"error": f"no page {path}", "pages": known})
+
+    def _serve(self, host: str, port: int) -> tuple[WSGIServer, threading.Thread]:
+        server = make_server(
+            host, port, self._app, ThreadingWSGIServer, handler_class=_SilentHandler
+        )
+        thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+        thread.start()
+        return server, thread
+
     async def start(self) -> None:
-        """Bind the port and start serving; return once scrapes are answered."""
+        """Bind the port and start serving; return once requests are answered."""
         if self._server is not None:
             return
         host, port = self.config.host, self.config.port
         try:
-            self._server, self._thread = await asyncio.to_thread(start_http_server, port, host)
+            self._server, self._thread = await asyncio.to_thread(self._serve, host, port)
         except OSError as error:
             raise MetricsStartError(
                 f"metrics: cannot listen on {host}:{port}: {error.strerror or error} "
@@ -71,3 +144,15 @@ class MetricsServer:
             await asyncio.to_thread(thread.join, 5)
         self._server = self._thread = None
         log.info("stopped the metrics endpoint")
+
+
+_REASONS = {200: "OK", 404: "Not Found", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+def _json(start_response: Callable[..., Any], status: int, body: dict[str, Any]) -> list[bytes]:
+    content = json.dumps(body).encode()
+    start_response(
+        f"{status} {_REASONS[status]}",
+        [("Content-Type", "application/json"), ("Cache-Control", "no-store")],
+    )
+    return [content]

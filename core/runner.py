@@ -31,13 +31,12 @@ def build_services(config: BergstreamConfig, registry: PluginRegistry) -> list[S
     Builds without starting (nothing listens, nothing connects): what ``bergstream run`` does
     with a loaded config before it starts anything, so a file it refuses fails here, with one
     :class:`ConfigError` naming every filter and service that refused its settings, and where."""
+    from bergstream.core.metrics_http import MetricsServer
     from bergstream.core.proxy.server import ProxyServer, build_filter_factories
 
     services: list[Service] = []
     refused: list[ConfigProblem] = []
     if config.metrics is not None and config.metrics.enabled:
-        from bergstream.core.metrics_http import MetricsServer
-
         services.append(MetricsServer(config.metrics))
     for cluster in config.virtual_clusters:
         try:
@@ -53,6 +52,14 @@ def build_services(config: BergstreamConfig, registry: PluginRegistry) -> list[S
             refused.append(config.problem_at(f"services[{index}]", error))
     if refused:
         raise ConfigError(refused)
+    for service in services:
+        if isinstance(service, MetricsServer):
+            service.add_checks(
+                check
+                for other in services
+                if callable(getattr(other, "readiness_checks", None))
+                for check in other.readiness_checks()  # type: ignore[attr-defined]
+            )
     return services
 
 
@@ -106,10 +113,14 @@ def run_until_signalled(config: BergstreamConfig, registry: PluginRegistry) -> N
         services = build_services(config, registry)
         if not services:
             log.warning("%s configures no virtual cluster and no service", config.source)
-        await run_services(
-            services,
-            stop,
-            lambda: print(ready_line(services), file=sys.stderr, flush=True),
-        )
+
+        def ready() -> None:
+            for service in services:
+                mark_ready = getattr(service, "mark_ready", None)
+                if callable(mark_ready):
+                    mark_ready()
+            print(ready_line(services), file=sys.stderr, flush=True)
+
+        await run_services(services, stop, ready)
 
     asyncio.run(main())

@@ -5,6 +5,7 @@ when a command runs, so ``bergstream --help`` stays fast."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
@@ -37,6 +38,8 @@ from bergstream.pipeline.settings import (
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from bergstream.core.api import MetricsServer
 
 __all__ = ["register_commands", "register_config_sections"]
 
@@ -89,6 +92,37 @@ def _spark(lake: PipelineLake) -> SparkSession:
     return spark
 
 
+def _metrics_endpoint(
+    config: BergstreamConfig, lake: PipelineLake, host: str, port: int | None
+) -> MetricsServer | None:
+    """With ``--metrics-port``, the running endpoint of ``pipeline run``: Prometheus metrics,
+    ``/healthz``, and ``/readyz`` probing Kafka, the catalog, S3 and the Schema Registry."""
+    if port is None:
+        return None
+    from bergstream.core.api import (
+        MetricsConfig,
+        MetricsServer,
+        MetricsStartError,
+        kafka_check,
+        lake_checks,
+        registry_check,
+    )
+
+    try:
+        endpoint = MetricsServer(MetricsConfig(host=host, port=port))
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--metrics-host") from None
+    endpoint.add_checks([kafka_check(lake.config.kafka_bootstrap), *lake_checks(lake)])
+    if config.codecs.schema_registry is not None:
+        endpoint.add_checks([registry_check(config.codecs.schema_registry)])
+    try:
+        asyncio.run(endpoint.start())
+    except MetricsStartError as error:
+        raise click.ClickException(str(error).replace("metrics.port", "--metrics-port")) from None
+    _echo(f"metrics: {endpoint.url}")
+    return endpoint
+
+
 def _echo(line: str) -> None:
     click.echo(line, err=True)
 
@@ -124,7 +158,21 @@ def register_commands(cli: click.Group) -> None:
     @click.option(
         "--once", is_flag=True, help="Copy what the topic holds now, then exit (availableNow)."
     )
-    def run_command(config_file: Path, topic: str, once: bool) -> None:
+    @click.option(
+        "--metrics-port",
+        type=click.IntRange(0, 65535),
+        default=None,
+        help="Serve /metrics, /healthz and /readyz on this port (0: a free one); off if unset.",
+    )
+    @click.option(
+        "--metrics-host",
+        default="127.0.0.1",
+        show_default=True,
+        help="Address the metrics endpoint listens on.",
+    )
+    def run_command(
+        config_file: Path, topic: str, once: bool, metrics_port: int | None, metrics_host: str
+    ) -> None:
         """Copy TOPIC into its Iceberg table, exactly once; runs until SIGTERM/Ctrl-C unless
         --once. Progress goes to stderr, a JSON summary to stdout."""
         from bergstream.core.api import ServiceContext
@@ -139,6 +187,7 @@ def register_commands(cli: click.Group) -> None:
         except PipelineSetupError as error:
             raise click.ClickException(str(error)) from None
         stop = stop_on_signals()
+        endpoint = _metrics_endpoint(config, lake, metrics_host, metrics_port)
         spark = _spark(lake)
         try:
             result = run_pipeline(
@@ -150,11 +199,14 @@ def register_commands(cli: click.Group) -> None:
                 stop=stop,
                 codecs=codecs,
                 mode=mode_rule_for(config.tables, topic),
+                on_started=endpoint.mark_ready if endpoint is not None else None,
             )
         except (PipelineError, PipelineSetupError) as error:
             raise click.ClickException(str(error)) from None
         finally:
             spark.stop()
+            if endpoint is not None:
+                asyncio.run(endpoint.stop())
         _echo(
             f"done: {result.records:,} records in {result.batches} batch(es), "
             f"{result.seconds:.1f} s"

@@ -47,6 +47,16 @@ from bergstream.pipeline.kafka import (
     topic_offsets,
 )
 from bergstream.pipeline.kafka_fetch import FetchSettings
+from bergstream.pipeline.metrics import (
+    BATCH_SECONDS,
+    COMMIT_SECONDS,
+    FAILURES,
+    LAST_COMMIT,
+    RECORDS,
+    WRITTEN_BYTES,
+    failure_cause,
+    record_source_progress,
+)
 from bergstream.pipeline.session import PipelineSetupError
 from bergstream.pipeline.settings import PipelineLake, cluster_warnings
 from bergstream.pipeline.state_table import StateKeeper
@@ -212,6 +222,16 @@ class BatchWriter:
         self.started = time.monotonic()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        topic = self.table.topic
+        began = time.monotonic()
+        try:
+            self._write(batch, batch_id)
+        except Exception as error:
+            FAILURES.labels(topic, failure_cause(error)).inc()
+            raise
+        BATCH_SECONDS.labels(topic).observe(time.monotonic() - began)
+
+    def _write(self, batch: DataFrame, batch_id: int) -> None:
         end = batch_end_offsets(self.checkpoint, batch_id, self.table.topic)
         old = self.table.boundary()
         if all(offset <= old.get(partition, 0) for partition, offset in end.items()):
@@ -270,6 +290,11 @@ class BatchWriter:
         )
 
     def _append(self, rows: DataFrame, text: str) -> None:
+        with COMMIT_SECONDS.labels(self.table.topic).time():
+            self._write_to_table(rows, text)
+        LAST_COMMIT.labels(self.table.topic).set_to_current_time()
+
+    def _write_to_table(self, rows: DataFrame, text: str) -> None:
         (
             rows.writeTo(self.table.name)
             .option(f"snapshot-property.{BOUNDARY_PROPERTY}", text)
@@ -291,6 +316,8 @@ class BatchWriter:
         records = int(summary.get("added-records", 0))
         size = int(summary.get("added-files-size", 0))
         files = int(summary.get("added-data-files", 0))
+        RECORDS.labels(self.table.topic).inc(records)
+        WRITTEN_BYTES.labels(self.table.topic).inc(size)
         result = self.result
         result.batches += 1
         result.records += records
@@ -316,17 +343,20 @@ def _stop_between_batches(query: Any, patience_seconds: float = 120) -> None:
         query.stop()
 
 
-def _await(query: Any, once: bool, stop: threading.Event) -> None:
+def _await(query: Any, once: bool, stop: threading.Event, topic: str) -> None:
+    """Wait for the query (to its end with ``once``, else until ``stop``), noting its source's
+    progress for the lag metric every second."""
     from pyspark.errors import StreamingQueryException
 
     try:
-        if once:
-            query.awaitTermination()
-        else:
-            while query.isActive and not stop.is_set():
-                query.awaitTermination(1)
+        while query.isActive and (once or not stop.is_set()):
+            query.awaitTermination(1)
+            record_source_progress(topic, query.lastProgress)
+        if not once:
             _stop_between_batches(query)
+        query.awaitTermination()  # raises what ended a failed query
     except StreamingQueryException as error:
+        FAILURES.labels(topic, failure_cause(error)).inc()
         raise PipelineError(f"the streaming query failed: {error}") from None
 
 
@@ -341,6 +371,7 @@ def run_pipeline(
     codecs: TopicTyping | None = None,
     registry_wait_seconds: float = 60.0,
     mode: TableModeRule | None = None,
+    on_started: Callable[[], None] | None = None,
 ) -> RunResult:
     """Copy ``topic`` into its table until Kafka has nothing more (``once``) or until ``stop``
     is set (continuous, one micro-batch per ``lake.pipeline.trigger_interval_seconds``).
@@ -350,7 +381,8 @@ def run_pipeline(
     as a continuous run lasts, at most ``registry_wait_seconds`` in a ``once`` run (which then
     fails, retriable). With an ``upsert`` or ``debezium`` ``mode`` (the topic's rule of the
     ``tables:`` section) the topic's state table follows the log table
-    (:mod:`~bergstream.pipeline.state_table`)."""
+    (:mod:`~bergstream.pipeline.state_table`). ``on_started`` is called once the streaming
+    query runs (``pipeline run --metrics-port`` turns ``/readyz`` ready then)."""
     began = time.monotonic()
     stop = stop or threading.Event()
     if codecs is not None:
@@ -405,8 +437,10 @@ def run_pipeline(
         else:
             stream = stream.trigger(processingTime=f"{settings.trigger_interval_seconds} seconds")
         query = stream.start()
+        if on_started is not None:
+            on_started()
         try:
-            _await(query, once, stop)
+            _await(query, once, stop, topic)
         except PipelineError as error:
             # Kafka may refuse reads it allowed the admin client (READ but no DESCRIBE ACL).
             refused = refused_message(error, topic, lake.config, settings.kafka_options)

@@ -16,6 +16,7 @@ from bergstream.core.config import (
     ConfigProblem,
     VirtualClusterConfig,
 )
+from bergstream.core.health import ReadinessCheck
 from bergstream.core.plugins import PluginRegistry
 from bergstream.core.proxy.api import FilterFactory, FilterFactoryContext
 from bergstream.core.proxy.connection import ProxyConnection
@@ -23,6 +24,7 @@ from bergstream.core.proxy.log import ProxyLogAdapter
 from bergstream.core.proxy.stats import PUBLISH_SECONDS, ClusterStats, cluster_stats
 from bergstream.core.proxy.tls import server_ssl_context
 from bergstream.core.proxy.upstream import TargetCluster
+from bergstream.core.readiness import kafka_check
 
 
 class ProxyStartError(RuntimeError):
@@ -122,6 +124,15 @@ class ProxyServer:
         )
         self._connections.add(connection)
         return connection
+
+    def readiness_checks(self) -> list[ReadinessCheck]:
+        """The target cluster, then what each filter factory needs (``GET /readyz``)."""
+        checks = [kafka_check(self.cluster.target.bootstrap)]
+        for factory in self.filter_factories:
+            own = getattr(factory, "readiness_checks", None)
+            if callable(own):
+                checks += own()
+        return checks
 
     async def start(self) -> None:
         """Start the filter factories and listen on every gateway port; return when ready."""

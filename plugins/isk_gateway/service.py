@@ -29,10 +29,14 @@ from bergstream.core.api import (
     FileSynthesizerChoice,
     IndexBackend,
     LakeConfigError,
+    ReadinessCheck,
     ResolvedLake,
     ServiceContext,
     TopicCodecsResolver,
     choice_settings,
+    kafka_check,
+    lake_checks,
+    registry_check,
     resolve_lake,
 )
 from bergstream.plugins.isk_gateway.files.batch_decoder import warm_up
@@ -70,7 +74,6 @@ from bergstream.plugins.isk_gateway.tables.store import FileStore
 __all__ = ["IskService", "IskServiceConfig", "create_isk_service"]
 
 log = logging.getLogger("bergstream.isk")
-
 
 
 def _built_in_synthesizer(config: IskServiceConfig) -> FileSynthesizerChoice:
@@ -126,6 +129,17 @@ class IskService:
         self.merged: MergedProvider | None = None
         self.provider: NamespaceRouter | None = None
         self.http: IskHttpService | None = None
+
+    def readiness_checks(self) -> list[ReadinessCheck]:
+        """Kafka, and with a lake its catalog and S3 bucket, and the Schema Registry when
+        ``codecs:`` names one (``GET /readyz``)."""
+        checks = [kafka_check(self.config.kafka_bootstrap)]
+        if self.lake is not None:
+            checks += lake_checks(self.lake)
+        registry = self.context.config.codecs.schema_registry
+        if registry is not None:
+            checks.append(registry_check(registry))
+        return checks
 
     @property
     def catalog_url(self) -> str | None:

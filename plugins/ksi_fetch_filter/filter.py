@@ -19,10 +19,12 @@ from bergstream.core.api import (
     Forward,
     LakeConfigError,
     ProxyFilter,
+    ReadinessCheck,
     RequestAction,
     ResponseAction,
     ShortCircuit,
     component_log,
+    lake_checks,
     resolve_lake,
 )
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdsetError
@@ -316,6 +318,10 @@ class KsiFactory(FilterFactory[KsiConfig]):
         self.topic_ids = TopicIds()
         self.end_offsets = EndOffsets(config.offsets_cache_seconds)
         self._counters: dict[str, tuple[Any, Any]] = {}
+
+    def readiness_checks(self) -> list[ReadinessCheck]:
+        """The lake's catalog and S3 bucket the cold reads come from."""
+        return lake_checks(self.lake)
 
     def count_cold(self, topic: str, records: int) -> None:
         """Count one Fetch partition of ``topic`` answered from the coldset with ``records``

@@ -1,9 +1,13 @@
-"""Scraping a Prometheus endpoint in tests: text exposition format to samples."""
+"""Scraping a Prometheus endpoint in tests: text exposition format to samples, and the JSON
+of ``/healthz`` and ``/readyz``."""
 
 from __future__ import annotations
 
+import json
+import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -38,3 +42,12 @@ def total(samples: Samples, name: str, **labels: str) -> float:
         for (found, items), value in samples.items()
         if found == name and all((k, v) in items for k, v in labels.items())
     )
+
+
+def get_json(url: str) -> tuple[int, dict[str, Any]]:
+    """GET ``url``: its status and JSON body, whatever the status (``/readyz`` answers 503)."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)

@@ -17,7 +17,7 @@ import pytest
 
 from bergstream.devstack.stack.ports import free_ports
 from tests.kits.ksi_stack import lake_yaml, run_pipeline_once
-from tests.metrics.scrape import Samples, sample, scrape, total
+from tests.metrics.scrape import Samples, get_json, sample, scrape, total
 from tests.support import ProxyProcess, start_bergstream_run
 
 pytestmark = pytest.mark.slow
@@ -99,6 +99,8 @@ def test_scraped_isk_counters_rise_when_a_table_is_loaded_and_read(
 
     running, url = start_isk(config, tmp_path)
     try:
+        status, ready = get_json(url.removesuffix("/metrics") + "/readyz")
+        assert status == 200 and [c["name"] for c in ready["checks"]] == ["kafka"], ready
         before = scrape(url)
         rows = RestCatalog("isk", uri=uri).load_table(f"hotset.{topic}").scan().to_arrow()
         assert rows.num_rows == RECORDS

@@ -21,7 +21,7 @@ from bergstream.core.records import Record
 from bergstream.devstack.stack.ports import free_port_block
 from tests.kits.coldset_tables import make_lake, write_cold
 from tests.kits.ksi_stack import delete_records_below, lake_yaml, make_records, produce
-from tests.metrics.scrape import scrape, total
+from tests.metrics.scrape import get_json, scrape, total
 from tests.support import start_bergstream_run, wait_until
 
 pytestmark = pytest.mark.slow
@@ -99,6 +99,14 @@ def test_scraped_counters_rise_with_proxy_and_cold_traffic(
         found = re.search(r"bergstream: ready: proxy:\S+; metrics: (http://\S+)", proxy.log())
         assert found, proxy.log()
         url = found.group(1)
+        base = url.removesuffix("/metrics")
+        assert get_json(f"{base}/healthz")[0] == 200
+        status, ready = get_json(f"{base}/readyz")
+        assert status == 200, ready  # the target cluster, and the lake the ksi filter reads
+        assert [(c["name"], c["ok"]) for c in ready["checks"]] == [
+            ("kafka", True),
+            ("catalog", True),
+        ]
         before = scrape(url)
 
         got = consume_all(bootstrap, topic, RECORDS)

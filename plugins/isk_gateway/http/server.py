@@ -15,7 +15,6 @@ from bergstream.plugins.isk_gateway.tables.provider import TableProvider
 __all__ = ["IskHttpConfig", "IskHttpService", "IskHttpTlsConfig"]
 
 
-
 class IskHttpService:
     """A :class:`~bergstream.core.api.Service` serving the catalog and the S3 gateway."""
 
