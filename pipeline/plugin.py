@@ -93,11 +93,15 @@ def _spark(lake: PipelineLake) -> SparkSession:
 
 
 def _metrics_endpoint(
-    config: BergstreamConfig, lake: PipelineLake, host: str, port: int | None
+    config: BergstreamConfig, lake: PipelineLake, host: str | None, port: int | None
 ) -> MetricsServer | None:
-    """With ``--metrics-port``, the running endpoint of ``pipeline run``: Prometheus metrics,
-    ``/healthz``, and ``/readyz`` probing Kafka, the catalog, S3 and the Schema Registry."""
-    if port is None:
+    """The running endpoint of ``pipeline run`` (Prometheus metrics, ``/healthz``, and
+    ``/readyz`` probing Kafka, the catalog, S3 and the Schema Registry): at ``--metrics-port``,
+    else at the file's ``metrics:`` when the file holds only a lake (a file that also runs
+    proxies or services leaves its ``metrics:`` port to ``bergstream run``)."""
+    own_file = not config.virtual_clusters and not config.services
+    section = config.metrics if own_file and config.metrics and config.metrics.enabled else None
+    if port is None and section is None:
         return None
     from bergstream.core.api import (
         MetricsConfig,
@@ -109,7 +113,12 @@ def _metrics_endpoint(
     )
 
     try:
-        endpoint = MetricsServer(MetricsConfig(host=host, port=port))
+        endpoint = MetricsServer(
+            MetricsConfig(
+                host=host or (section.host if section else "127.0.0.1"),
+                port=port if port is not None else section.port if section else 0,
+            )
+        )
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--metrics-host") from None
     endpoint.add_checks([kafka_check(lake.config.kafka_bootstrap), *lake_checks(lake)])
@@ -162,16 +171,20 @@ def register_commands(cli: click.Group) -> None:
         "--metrics-port",
         type=click.IntRange(0, 65535),
         default=None,
-        help="Serve /metrics, /healthz and /readyz on this port (0: a free one); off if unset.",
+        help="Serve /metrics, /healthz and /readyz on this port (0: a free one); default: the "
+        "file's metrics: section when the file has only a lake, else off.",
     )
     @click.option(
         "--metrics-host",
-        default="127.0.0.1",
-        show_default=True,
-        help="Address the metrics endpoint listens on.",
+        default=None,
+        help="Address the metrics endpoint listens on (default 127.0.0.1, or the file's).",
     )
     def run_command(
-        config_file: Path, topic: str, once: bool, metrics_port: int | None, metrics_host: str
+        config_file: Path,
+        topic: str,
+        once: bool,
+        metrics_port: int | None,
+        metrics_host: str | None,
     ) -> None:
         """Copy TOPIC into its Iceberg table, exactly once; runs until SIGTERM/Ctrl-C unless
         --once. Progress goes to stderr, a JSON summary to stdout."""

@@ -37,6 +37,9 @@ os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(REPO / "tests" / ".hyp
 #: the default tiered compilation and 14 with C1 only (same wall time), and on CI's two cores
 #: CPU is what the run waits for. ``setdefault``: a developer's own setting wins.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
+#: The examples serve metrics at ${BERGSTREAM_METRICS_PORT:-9464}: processes the tests start from
+#: them take a free port instead, so two at once never compete for one.
+os.environ.setdefault("BERGSTREAM_METRICS_PORT", "0")
 
 from hypothesis import HealthCheck, settings  # noqa: E402  (after its storage directory is set)
 

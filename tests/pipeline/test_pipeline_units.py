@@ -220,3 +220,28 @@ def test_the_run_summary_is_what_the_command_prints() -> None:
         "seconds": 1.235,
         "boundary": {"2": 23, "10": 7},
     }
+
+
+def test_where_pipeline_run_serves_its_metrics(tmp_path: Path) -> None:
+    import asyncio
+
+    from bergstream.pipeline.plugin import _metrics_endpoint
+
+    lake_only = "lake: {kafka_bootstrap: '127.0.0.1:9092'}\nmetrics: {port: 0}\n"
+    with_proxy = (
+        "virtual_clusters:\n  - name: a\n    target: {bootstrap: 'k:1'}\n    gateway: {port: 9}\n"
+        + lake_only
+    )
+    for text, port, serves in (
+        (lake_only, None, True),  # the file is the pipeline's own: its metrics: section
+        (with_proxy, None, False),  # that section is `bergstream run`'s
+        (with_proxy, 0, True),  # --metrics-port
+        ("lake: {kafka_bootstrap: '127.0.0.1:9092'}\n", None, False),
+    ):
+        config = parse_config(text, registry=load_registry())
+        lake = pipeline_lake(config, home=tmp_path)
+        endpoint = _metrics_endpoint(config, lake, None, port)
+        assert (endpoint is not None) == serves, text
+        if endpoint is not None:
+            assert endpoint.port != 0 and endpoint.url.startswith("http://127.0.0.1:")
+            asyncio.run(endpoint.stop())

@@ -207,6 +207,13 @@ def run_until_start(
     return result.exit_code == 0, result.output
 
 
+def test_every_example_serves_metrics_at_the_variables_port() -> None:
+    for example in EXAMPLES:
+        metrics = _load(example).get("metrics")
+        assert isinstance(metrics, dict), f"{example.name} has no metrics: section"
+        assert str(metrics.get("port", "")).startswith("${BERGSTREAM_METRICS_PORT:-"), example.name
+
+
 def test_every_example_variable_has_a_dummy_value() -> None:
     assert len(EXAMPLES) >= 5
     for example in EXAMPLES:
