@@ -5,7 +5,9 @@ and, where the process has one, a page at ``GET /``.
 
 Served on a background thread (a threading WSGI server), so a scrape or a readiness probe never
 waits for, nor delays, the event loop that moves Kafka traffic. ``/metrics`` exposes the default
-registry: every metric the process's modules define plus the process and Python collectors.
+registry (every metric the process's modules define plus the process and Python collectors) and
+readiness as gauges, ``bergstream_ready`` and ``bergstream_dependency_up``, probed at each scrape
+as ``/readyz`` would be, so Prometheus can alert on them.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIServer, make_server
 
-from prometheus_client import make_wsgi_app
+from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
+from prometheus_client.registry import Collector
 
 from bergstream.core.config import MetricsConfig
 from bergstream.core.health import ReadinessCheck, check_results
@@ -52,7 +56,9 @@ class MetricsServer:
         self._pages: dict[str, Page] = {}
         self._ready = False
         self._began = time.monotonic()
-        self._metrics_app = make_wsgi_app()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Exposed(self))
+        self._metrics_app = make_wsgi_app(registry)
 
     @property
     def port(self) -> int:
@@ -144,6 +150,37 @@ class MetricsServer:
             await asyncio.to_thread(thread.join, 5)
         self._server = self._thread = None
         log.info("stopped the metrics endpoint")
+
+
+class _Exposed(Collector):
+    """The default registry's metrics, then the process's readiness as gauges."""
+
+    def __init__(self, server: MetricsServer) -> None:
+        self.server = server
+
+    def describe(self) -> list[Any]:
+        """Nothing up front: the names are the default registry's and two of its own."""
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        """Every metric of the default registry, ``bergstream_ready`` and
+        ``bergstream_dependency_up``."""
+        yield from REGISTRY.collect()
+        ready, body = self.server.readiness()
+        yield GaugeMetricFamily(
+            "bergstream_ready",
+            "1 when every service of the process started and every dependency answers (as "
+            "GET /readyz), else 0",
+            value=1 if ready else 0,
+        )
+        dependencies = GaugeMetricFamily(
+            "bergstream_dependency_up",
+            "1 when the dependency answers its readiness probe, else 0",
+            labels=["dependency", "target"],
+        )
+        for check in body["checks"]:
+            dependencies.add_metric([check["name"], check["target"]], 1 if check["ok"] else 0)
+        yield dependencies
 
 
 _REASONS = {200: "OK", 404: "Not Found", 500: "Internal Server Error", 503: "Service Unavailable"}

@@ -34,7 +34,7 @@ from bergstream.core.plugins import load_registry
 from bergstream.core.readiness import lake_checks, registry_check
 from bergstream.core.runner import build_services
 from bergstream.core.typed.schema_registry import SchemaRegistrySettings
-from tests.metrics.scrape import get_json
+from tests.metrics.scrape import get_json, parse_metrics
 
 
 def closed_port() -> int:
@@ -189,6 +189,11 @@ async def test_healthz_readyz_and_pages(listening: int) -> None:
         assert status == 404 and body["pages"] == ["/metrics", "/healthz", "/readyz", "/"]
         metrics = await asyncio.to_thread(lambda: urllib.request.urlopen(f"{base}/metrics").read())
         assert b"# TYPE process_cpu_seconds_total counter" in metrics
+        samples = parse_metrics(metrics.decode())
+        assert samples[("bergstream_ready", ())] == 0  # the catalog does not answer
+        up = "bergstream_dependency_up"
+        assert samples[(up, (("dependency", "kafka"), ("target", "k")))] == 1
+        assert samples[(up, (("dependency", "catalog"), ("target", "c")))] == 0
     finally:
         await server.stop()
 
