@@ -52,7 +52,8 @@ def test_prometheus_scrapes_bergstream_and_the_rules_fire_on_faults(tmp_path: Pa
 
     stack_home = tmp_path / "stack"
     with running_stack(stack_home, {"kafka"}) as env:  # a Kafka of this test's own: stopped below
-        bootstrap = env["BERGSTREAM_KAFKA_BOOTSTRAP"]
+        assert env.kafka_bootstrap is not None
+        bootstrap = env.kafka_bootstrap
         topic = "prometheus-orders"
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=60)
