@@ -126,6 +126,7 @@ from .state_index import (
     position_deletes_table,
     read_state_snapshot,
 )
+from .status_page import StatusChart, StatusSection, StatusTable, StatusUnauthorized
 from .table_modes import TableMode, TableModeRule, TablesSettings, mode_rule_for
 from .testing.backends import (
     CACHE_CHECKS,
@@ -330,6 +331,10 @@ __all__ = [
     "StateIndex",
     "StateLayout",
     "StateLayoutError",
+    "StatusChart",
+    "StatusSection",
+    "StatusTable",
+    "StatusUnauthorized",
     "StoredSchemas",
     "StrictModel",
     "TableMode",

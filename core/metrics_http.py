@@ -1,7 +1,8 @@
 """The HTTP endpoint of a bergstream process (the config file's ``metrics:`` section, or
 ``pipeline run --metrics-port``): ``GET /metrics`` in Prometheus' text format, ``GET /healthz``
 (the process is up), ``GET /readyz`` (every dependency answers, :mod:`bergstream.core.health`)
-and, where the process has one, a page at ``GET /``.
+and the status page, ``GET /`` and ``GET /status.json`` (:mod:`bergstream.core.status_page`),
+with what each service reports.
 
 Served on a background thread (a threading WSGI server), so a scrape or a readiness probe never
 waits for, nor delays, the event loop that moves Kafka traffic. ``/metrics`` exposes the default
@@ -17,7 +18,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIServer, make_server
 
@@ -28,11 +29,21 @@ from prometheus_client.registry import Collector
 
 from bergstream.core.config import MetricsConfig
 from bergstream.core.health import ReadinessCheck, check_results
+from bergstream.core.status_page import (
+    StatusSection,
+    StatusUnauthorized,
+    render_page,
+    status_json,
+)
 
 log = logging.getLogger("bergstream.metrics")
 
 #: A page of the process: called per request with the query string, returns (content type, body).
 Page = Callable[[str], tuple[str, bytes]]
+#: A service's status: given the request's Authorization header, its sections.
+StatusSource = Callable[[str | None], Awaitable[list[StatusSection]]]
+#: Seconds a status source may take before the page shows it failed.
+STATUS_TIMEOUT = 20.0
 
 
 class MetricsStartError(RuntimeError):
@@ -54,6 +65,9 @@ class MetricsServer:
         self._thread: threading.Thread | None = None
         self._checks: list[ReadinessCheck] = []
         self._pages: dict[str, Page] = {}
+        self._status_sources: list[StatusSource] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.title = "bergstream"
         self._ready = False
         self._began = time.monotonic()
         registry = CollectorRegistry(auto_describe=False)
@@ -80,6 +94,31 @@ class MetricsServer:
         """Serve ``page`` at ``path`` (``/`` for the status page)."""
         self._pages[path] = page
 
+    def add_status_source(self, source: StatusSource) -> None:
+        """A service's ``status_sections`` for the status page (run on the loop that started
+        this server)."""
+        self._status_sources.append(source)
+
+    def status(self, authorization: str | None) -> list[StatusSection]:
+        """Every source's sections, in order (a source that fails shows as a section saying
+        so); raises :class:`StatusUnauthorized` when a source refuses the credentials."""
+        sections: list[StatusSection] = []
+        for source in self._status_sources:
+            if self._loop is None:
+                break
+            future = asyncio.run_coroutine_threadsafe(source(authorization), self._loop)
+            try:
+                sections += future.result(timeout=STATUS_TIMEOUT)
+            except StatusUnauthorized:
+                raise
+            except Exception as error:
+                future.cancel()
+                log.warning("a status source failed: %s", error)
+                sections.append(
+                    StatusSection("unavailable", {"error": f"{type(error).__name__}: {error}"})
+                )
+        return sections
+
     def mark_ready(self, ready: bool = True) -> None:
         """Whether every service of the process has started (``/readyz`` is 503 before)."""
         self._ready = ready
@@ -103,6 +142,8 @@ class MetricsServer:
         if path == "/readyz":
             ready, body = self.readiness()
             return _json(start_response, 200 if ready else 503, body)
+        if path in ("/", "/status.json"):
+            return self._status_page(path, environ, start_response)
         page = self._pages.get(path)
         if page is not None:
             try:
@@ -114,8 +155,29 @@ class MetricsServer:
                 "200 OK", [("Content-Type", content_type), ("Cache-Control", "no-store")]
             )
             return [content]
-        known = ["/metrics", "/healthz", "/readyz", *sorted(self._pages)]
+        known = ["/", "/status.json", "/metrics", "/healthz", "/readyz", *sorted(self._pages)]
         return _json(start_response, 404, {"error": f"no page {path}", "pages": known})
+
+    def _status_page(
+        self, path: str, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        try:
+            sections = self.status(environ.get("HTTP_AUTHORIZATION"))
+        except StatusUnauthorized as refused:
+            start_response(
+                "401 Unauthorized",
+                [
+                    ("Content-Type", "application/json"),
+                    ("WWW-Authenticate", 'Basic realm="bergstream", charset="UTF-8"'),
+                ],
+            )
+            return [json.dumps({"error": str(refused) or "credentials needed"}).encode()]
+        generated = time.time()
+        if path == "/status.json":
+            return _json(start_response, 200, status_json(sections, generated))
+        headers = [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")]
+        start_response("200 OK", headers)
+        return [render_page(self.title, sections, generated)]
 
     def _serve(self, host: str, port: int) -> tuple[WSGIServer, threading.Thread]:
         server = make_server(
@@ -129,6 +191,7 @@ class MetricsServer:
         """Bind the port and start serving; return once requests are answered."""
         if self._server is not None:
             return
+        self._loop = asyncio.get_running_loop()
         host, port = self.config.host, self.config.port
         try:
             self._server, self._thread = await asyncio.to_thread(self._serve, host, port)

@@ -60,6 +60,10 @@ def build_services(config: BergstreamConfig, registry: PluginRegistry) -> list[S
                 if callable(getattr(other, "readiness_checks", None))
                 for check in other.readiness_checks()  # type: ignore[attr-defined]
             )
+            for other in services:
+                source = getattr(other, "status_sections", None)
+                if callable(source):
+                    service.add_status_source(source)
     return services
 
 

@@ -32,6 +32,7 @@ from bergstream.core.api import (
     ReadinessCheck,
     ResolvedLake,
     ServiceContext,
+    StatusSection,
     TopicCodecsResolver,
     choice_settings,
     kafka_check,
@@ -49,6 +50,7 @@ from bergstream.plugins.isk_gateway.http.server import IskHttpService
 from bergstream.plugins.isk_gateway.kafka.authorization import TopicAuthorizer
 from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
 from bergstream.plugins.isk_gateway.settings import IskServiceConfig
+from bergstream.plugins.isk_gateway.status import IskStatus
 from bergstream.plugins.isk_gateway.tables.background_index import BackgroundIndexer
 from bergstream.plugins.isk_gateway.tables.coldset import ColdsetProvider
 from bergstream.plugins.isk_gateway.tables.current import CurrentProvider
@@ -129,6 +131,8 @@ class IskService:
         self.merged: MergedProvider | None = None
         self.provider: NamespaceRouter | None = None
         self.http: IskHttpService | None = None
+        self.status = IskStatus(self)
+        self._sampler: asyncio.Task[None] | None = None
 
     def readiness_checks(self) -> list[ReadinessCheck]:
         """Kafka, and with a lake its catalog and S3 bucket, and the Schema Registry when
@@ -140,6 +144,10 @@ class IskService:
         if registry is not None:
             checks.append(registry_check(registry))
         return checks
+
+    async def status_sections(self, authorization: str | None) -> list[StatusSection]:
+        """This gateway's part of the status page (:mod:`.status`)."""
+        return await self.status.sections(authorization)
 
     @property
     def catalog_url(self) -> str | None:
@@ -247,6 +255,7 @@ class IskService:
                 c.snapshot_interval_seconds,
             )
             self._recorder = asyncio.create_task(recorder.run())
+        self._sampler = asyncio.create_task(self.status.run_sampler())
         namespaces = ", ".join(await self.provider.list_namespaces())
         log.info("isk: catalog %s, s3 %s, namespaces %s", self.catalog_url, self.s3_url, namespaces)
 
@@ -271,12 +280,12 @@ class IskService:
 
     async def stop(self) -> None:
         """Close the listeners, the backends and the Kafka connections; safe to call twice."""
-        for task in (self._indexer, self._recorder):
+        for task in (self._indexer, self._recorder, self._sampler):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        self._indexer = self._recorder = None
+        self._indexer = self._recorder = self._sampler = None
         http, self.http = self.http, None
         if http is not None:
             await http.stop()

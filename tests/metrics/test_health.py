@@ -168,7 +168,9 @@ async def test_healthz_readyz_and_pages(listening: int) -> None:
     server = MetricsServer(MetricsConfig(port=0))
     dead = closed_port()
     server.add_checks([ReadinessCheck("kafka", "k", tcp_probe("127.0.0.1", listening))])
-    server.add_page("/", lambda query: ("text/html; charset=utf-8", f"<p>{query}</p>".encode()))
+    server.add_page(
+        "/extra", lambda query: ("text/html; charset=utf-8", f"<p>{query}</p>".encode())
+    )
     await server.start()
     base = f"http://127.0.0.1:{server.port}"
     try:
@@ -183,10 +185,11 @@ async def test_healthz_readyz_and_pages(listening: int) -> None:
         status, body = await asyncio.to_thread(get_json, f"{base}/readyz")
         assert status == 503 and body["failing"] == ["catalog"]
         assert "Connection refused" in body["checks"][1]["error"]
-        page = await asyncio.to_thread(lambda: urllib.request.urlopen(f"{base}/?a=1").read())
+        page = await asyncio.to_thread(lambda: urllib.request.urlopen(f"{base}/extra?a=1").read())
         assert page == b"<p>a=1</p>"
         status, body = await asyncio.to_thread(get_json, f"{base}/nope")
-        assert status == 404 and body["pages"] == ["/metrics", "/healthz", "/readyz", "/"]
+        assert status == 404
+        assert body["pages"] == ["/", "/status.json", "/metrics", "/healthz", "/readyz", "/extra"]
         metrics = await asyncio.to_thread(lambda: urllib.request.urlopen(f"{base}/metrics").read())
         assert b"# TYPE process_cpu_seconds_total counter" in metrics
         samples = parse_metrics(metrics.decode())

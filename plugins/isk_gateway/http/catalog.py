@@ -410,9 +410,23 @@ class RestCatalogApp:
     def _authorize(self, request: web.Request) -> Principal | None:
         """The principal the request runs as (None without principals); 401 when it is not
         authenticated as the catalog requires."""
+        try:
+            return self.authorize_header(request.headers.get("Authorization", ""))
+        except _Error as error:
+            if error.message == "Unknown user or wrong password":
+                log.info(
+                    "REST catalog: refused Basic credentials for user %r",
+                    _basic(request.headers.get("Authorization", "").partition(" ")[2])[0],
+                    extra=client_fields(request),
+                )
+            raise
+
+    def authorize_header(self, header: str) -> Principal | None:
+        """The principal an ``Authorization`` header names (None without principals, or when
+        the catalog needs no authentication); :class:`_Error` 401 when it does not authenticate
+        as the catalog requires. The status page asks the same."""
         if not self.auth:
             return None
-        header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         if self.principals is None:
             if scheme.lower() != "bearer" or not self._token_valid(token.strip()):
@@ -430,11 +444,6 @@ class RestCatalogApp:
             if user is not None and password is not None:
                 principal = self.principals.basic(user, password)
             if principal is None:
-                log.info(
-                    "REST catalog: refused Basic credentials for user %r",
-                    user,
-                    extra=client_fields(request),
-                )
                 raise _Error(401, "NotAuthorizedException", "Unknown user or wrong password")
         else:
             raise _Error(

@@ -33,6 +33,8 @@ class IskHttpService:
         self._runners: list[web.AppRunner] = []
         self.catalog_url: str | None = None
         self.s3_url: str | None = None
+        #: The REST catalog once started (the status page authenticates as it does).
+        self.catalog: RestCatalogApp | None = None
 
     async def start(self) -> None:
         """Bind both listeners; return once they accept connections."""
@@ -69,8 +71,9 @@ class IskHttpService:
                 credentials_ttl_seconds=c.credentials_ttl_seconds,
                 principals=self.principals,
             )
+            self.catalog = RestCatalogApp(self.provider, settings)
             catalog_port = await self._listen(
-                RestCatalogApp(self.provider, settings).app(),
+                self.catalog.app(),
                 c.catalog_host,
                 c.catalog_port,
                 context,
