@@ -93,11 +93,32 @@ class PluginRegistry:
                 sorted(caller.name for caller in self.manager.get_hookcallers(plugin) or [])
             )
             regs = tuple(
-                sorted((kind, reg) for (kind, reg), owner in self._owner.items() if owner == name)
+                sorted(
+                    [(kind, reg) for (kind, reg), owner in self._owner.items() if owner == name]
+                    + self._commands_and_components(plugin)
+                )
             )
             dist, ver = self._dists.get(name, (None, None))
             infos.append(PluginInfo(name, dist, ver, hooks, regs))
         return infos
+
+    def _commands_and_components(self, plugin: object) -> list[tuple[str, str]]:
+        """The commands a plugin adds (``register_commands``, called on a scratch group) and
+        the log components it names (``register_log_components``)."""
+        import click
+
+        found: list[tuple[str, str]] = []
+        for caller in self.manager.get_hookcallers(plugin) or []:
+            for impl in caller.get_hookimpls():
+                if impl.plugin is not plugin:
+                    continue
+                if caller.name == "register_commands":
+                    scratch = click.Group("scratch")
+                    impl.function(cli=scratch)
+                    found += [("command", command) for command in scratch.commands]
+                elif caller.name == "register_log_components":
+                    found += [("log component", c.component) for c in impl.function() or ()]
+        return sorted(set(found))
 
     def collect(self) -> None:
         """Call every registration hook once and index the results, checking for conflicts."""

@@ -67,6 +67,20 @@ def test_plugins_lists_json():
     assert result.output.strip().startswith("[")
 
 
+def test_plugins_list_the_commands_and_log_components_they_add():
+    infos = {
+        i["name"]: i for i in json.loads(CliRunner().invoke(cli, ["plugins", "--json"]).output)
+    }
+    registers = {
+        name: {(r["kind"], r["name"]) for r in info["registers"]} for name, info in infos.items()
+    }
+    assert {("command", "stack"), ("command", "quickstart")} <= registers["devstack"]
+    assert {("command", "pipeline"), ("command", "table")} <= registers["pipeline"]
+    assert ("config section", "lake.pipeline") in registers["pipeline"]
+    assert ("log component", "pipeline") in registers["pipeline"]
+    assert ("log component", "isk") in registers["isk"]
+
+
 def test_run_reports_a_start_failure_in_one_line(tmp_path):
     import socket
 
