@@ -1,0 +1,161 @@
+"""Kafka client properties files as people have them: Java's ``client.properties`` (the syntax of
+``java.util.Properties``) and librdkafka's (``key=value`` lines, a subset of it), read into plain
+``key -> value`` pairs; and the JAAS line of Java's ``sasl.jaas.config`` read into its login
+module and options.
+
+Nothing here decides what a key means to bergstream (:mod:`bergstream.core.kafka_client` does);
+this module only reads the two formats exactly as the clients that own them do.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["JaasConfig", "JaasSyntaxError", "parse_jaas_config", "parse_properties"]
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """``(first line number, logical line)``: natural lines joined where one ends in an odd
+    number of backslashes (the next one's leading whitespace dropped), comments and blank lines
+    skipped."""
+    out: list[tuple[int, str]] = []
+    natural = text.splitlines()
+    index = 0
+    while index < len(natural):
+        number = index + 1
+        line = natural[index].lstrip(" \t\f")
+        index += 1
+        if not line or line[0] in "#!":
+            continue
+        while _continues(line) and index < len(natural):
+            line = line[:-1] + natural[index].lstrip(" \t\f")
+            index += 1
+        if _continues(line):
+            line = line[:-1]
+        out.append((number, line))
+    return out
+
+
+def _continues(line: str) -> bool:
+    trailing = len(line) - len(line.rstrip("\\"))
+    return trailing % 2 == 1
+
+
+def _unescape(text: str) -> str:
+    out: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char != "\\" or index + 1 == len(text):
+            out.append(char)
+            index += 1
+            continue
+        nxt = text[index + 1]
+        if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[index + 2 : index + 6]):
+            out.append(chr(int(text[index + 2 : index + 6], 16)))
+            index += 6
+            continue
+        out.append(_ESCAPES.get(nxt, nxt))
+        index += 2
+    return "".join(out)
+
+
+def parse_properties(text: str) -> dict[str, tuple[int, str]]:
+    """Every ``key -> (line, value)`` of a properties file, as ``java.util.Properties.load``
+    reads it: ``key=value``, ``key: value`` or ``key value``, ``#`` and ``!`` comments, lines
+    continued by a trailing backslash, ``\\t``, ``\\n``, ``\\uXXXX`` and ``\\x`` escapes; a key
+    given twice keeps its last value. A librdkafka file (``key=value``) reads the same."""
+    found: dict[str, tuple[int, str]] = {}
+    for number, line in _logical_lines(text):
+        key_end = len(line)
+        index = 0
+        while index < len(line):
+            char = line[index]
+            if char == "\\":
+                index += 2
+                continue
+            if char in "=: \t\f":
+                key_end = index
+                break
+            index += 1
+        key = _unescape(line[:key_end])
+        rest = line[key_end:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        found[key] = (number, _unescape(rest))
+    return found
+
+
+class JaasSyntaxError(ValueError):
+    """A ``sasl.jaas.config`` value that is not ``LoginModule flag key=value ... ;``."""
+
+
+@dataclass(frozen=True)
+class JaasConfig:
+    """One JAAS login module entry: its class, control flag and options."""
+
+    login_module: str
+    flag: str
+    options: dict[str, str]
+
+    @property
+    def module_name(self) -> str:
+        """The class's simple name (``PlainLoginModule``)."""
+        return self.login_module.rsplit(".", 1)[-1]
+
+
+_TOKEN = re.compile(
+    r'\s*(?:(?P<quoted>"(?:[^"\\]|\\.)*")|(?P<word>[^\s=;"]+)|(?P<sign>=)|(?P<end>;))'
+)
+
+
+def parse_jaas_config(value: str) -> JaasConfig:
+    """The login module, flag and options of a ``sasl.jaas.config`` value, e.g.
+    ``org.apache.kafka.common.security.plain.PlainLoginModule required username="u"
+    password="p";`` (values quoted with backslash escapes, or bare words)."""
+    tokens: list[tuple[str, str]] = []
+    position = 0
+    text = value.strip()
+    while position < len(text):
+        match = _TOKEN.match(text, position)
+        if match is None or match.end() == position:
+            raise JaasSyntaxError(
+                f"sasl.jaas.config: unexpected text at character {position + 1}; expected "
+                'LoginModule required key="value" ... ;'
+            )
+        kind = match.lastgroup or ""
+        raw = match.group(kind)
+        if kind == "quoted":
+            raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
+        tokens.append((kind, raw))
+        position = match.end()
+        while position < len(text) and text[position].isspace():
+            position += 1
+    if len(tokens) < 3 or tokens[0][0] != "word" or tokens[1][0] != "word":
+        raise JaasSyntaxError(
+            "sasl.jaas.config: expected a login module class and its flag (required, "
+            'requisite, sufficient or optional) before its options: LoginModule required key="v";'
+        )
+    if tokens[-1][0] != "end":
+        raise JaasSyntaxError("sasl.jaas.config: the entry must end with ';'")
+    flag = tokens[1][1]
+    if flag not in ("required", "requisite", "sufficient", "optional"):
+        raise JaasSyntaxError(
+            f"sasl.jaas.config: control flag {flag!r} is none of required, requisite, "
+            "sufficient, optional"
+        )
+    options: dict[str, str] = {}
+    rest = tokens[2:-1]
+    if len(rest) % 3:
+        raise JaasSyntaxError("sasl.jaas.config: options must be key=value pairs")
+    for index in range(0, len(rest), 3):
+        (key_kind, key), (sign_kind, _), (value_kind, option) = rest[index : index + 3]
+        if key_kind != "word" or sign_kind != "sign" or value_kind not in ("word", "quoted"):
+            raise JaasSyntaxError(
+                f'sasl.jaas.config: option {index // 3 + 1} is not key=value or key="value"'
+            )
+        options[key] = option
+    return JaasConfig(tokens[0][1], flag, options)
