@@ -159,3 +159,49 @@ def parse_jaas_config(value: str) -> JaasConfig:
             )
         options[key] = option
     return JaasConfig(tokens[0][1], flag, options)
+
+
+class ClientFileError(ValueError):
+    """A key of a client properties file bergstream cannot use; the message says why and what to
+    do instead, without the key's value."""
+
+
+#: Keys bergstream sets itself on every client it makes, and why a file may not set them.
+REFUSED_KEYS: dict[str, str] = {
+    "key.serializer": "bergstream writes records' bytes itself",
+    "value.serializer": "bergstream writes records' bytes itself",
+    "key.deserializer": "bergstream reads records' bytes itself",
+    "value.deserializer": "bergstream reads records' bytes itself",
+    "group.id": "bergstream reads by offsets and keeps no consumer group",
+    "group.instance.id": "bergstream reads by offsets and keeps no consumer group",
+    "enable.auto.commit": "bergstream reads by offsets and commits none",
+    "auto.offset.reset": "bergstream chooses where each read starts",
+    "isolation.level": "bergstream reads committed records only, always",
+    "enable.partition.eof": "bergstream decides where a read ends",
+    "transactional.id": "bergstream does not write transactions",
+    "interceptor.classes": "Java interceptors do not run in bergstream's Python clients",
+    "partitioner.class": "bergstream does not choose partitions",
+}
+
+#: Login modules of ``sasl.jaas.config`` whose user and password bergstream takes.
+PASSWORD_LOGIN_MODULES = ("PlainLoginModule", "ScramLoginModule")
+
+
+def jaas_credentials(value: str, where: str) -> dict[str, str]:
+    """``sasl.username`` and ``sasl.password`` from a PLAIN or SCRAM ``sasl.jaas.config``."""
+    try:
+        jaas = parse_jaas_config(value)
+    except JaasSyntaxError as error:
+        raise ClientFileError(f"{where}: {error}") from None
+    if jaas.module_name not in PASSWORD_LOGIN_MODULES:
+        raise ClientFileError(
+            f"{where}: sasl.jaas.config uses {jaas.module_name}, whose mechanism bergstream "
+            "does not speak yet (it speaks PLAIN and SCRAM: PlainLoginModule, ScramLoginModule)"
+        )
+    missing = [key for key in ("username", "password") if key not in jaas.options]
+    if missing:
+        raise ClientFileError(
+            f"{where}: sasl.jaas.config has no {' and no '.join(missing)} option: give "
+            'username="..." password="..."'
+        )
+    return {"sasl.username": jaas.options["username"], "sasl.password": jaas.options["password"]}
