@@ -17,7 +17,10 @@ explicitly. Secrets are :class:`~pydantic.SecretStr`: ``repr``, ``str``, JSON du
 
 from __future__ import annotations
 
+import difflib
+import functools
 import os
+import re
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +38,15 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from bergstream.core.home import bergstream_cache
+from bergstream.core.kafka_properties import (
+    REFUSED_KEYS,
+    ClientFileError,
+    PropertiesSyntaxError,
+    jaas_credentials,
+    parse_properties,
+)
+from bergstream.core.kafka_stores import key_files, trust_file
 from bergstream.core.models import StrictModel
 
 __all__ = [
@@ -74,44 +86,99 @@ class KafkaSettingsError(ValueError):
 
 
 def read_properties_file(path: Path) -> dict[str, str]:
-    """The settings of a librdkafka-style properties file: ``key=value`` lines, ``#`` or ``!``
-    comments and blank lines skipped, spaces around keys and values trimmed."""
+    """The settings of a client properties file (librdkafka's ``key=value`` lines or Java's
+    ``client.properties``, :func:`~bergstream.core.kafka_properties.parse_properties`)."""
+    return {key: value for key, (_, value) in _read_lines(path).items()}
+
+
+def _read_lines(path: Path) -> dict[str, tuple[int, str]]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise KafkaSettingsError(
-            f"properties_file {path} does not exist: give the path of a librdkafka properties "
-            "file (key=value lines), or leave properties_file empty"
+            f"properties_file {path} does not exist: give the path of a client properties file "
+            "(librdkafka's or Java's), or leave properties_file empty"
         ) from None
-    except OSError as error:
+    except (OSError, UnicodeDecodeError) as error:
         raise KafkaSettingsError(f"properties_file {path} cannot be read: {error}") from None
-    props: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            raise KafkaSettingsError(
-                # The line itself is not quoted: it may hold a password.
-                f"properties_file {path} line {number}: expected key=value"
-            )
-        props[key.strip()] = value.strip()
-    return props
+    try:
+        return parse_properties(text)
+    except PropertiesSyntaxError as error:
+        raise KafkaSettingsError(f"properties_file {path} {error}") from None
+
+
+#: Java's keys that :func:`_file_settings` turns into the model's own.
+_JAVA_TRANSLATED = frozenset(
+    {
+        "sasl.jaas.config",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "ssl.truststore.certificates",
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.keystore.key",
+        "ssl.keystore.certificate.chain",
+    }
+)
 
 
 def _file_settings(path: Path) -> dict[str, str]:
-    """The settings of ``path`` under the model's key names, unknown keys refused."""
-    props = read_properties_file(path)
+    """The settings of ``path`` under the model's key names: its own keys, Java's JAAS line and
+    trust and key stores translated, keys bergstream sets itself refused with the reason;
+    every other key is the clients' (:func:`_file_passthrough`)."""
+    lines = _read_lines(path)
+    where = f"properties_file {path}"
     known = {f.alias for f in KafkaClientSettings.model_fields.values() if f.alias}
-    allowed = known | {_MECHANISM_ALIAS, _BOOTSTRAP}
-    for key in props:
-        if key not in allowed:
+    own = sorted(known | {_MECHANISM_ALIAS, _BOOTSTRAP} | _JAVA_TRANSLATED)
+    for key, (number, _) in lines.items():
+        if key in REFUSED_KEYS:
             raise KafkaSettingsError(
-                f"properties_file {path}: key {key!r} is not supported: bergstream reads "
-                f"{', '.join(sorted(allowed))} from it; remove {key!r} from the file"
+                f"{where} line {number}: {key} cannot be set here: {REFUSED_KEYS[key]}; remove "
+                "it from the file"
             )
-    return _merge_mechanism(props, f"properties_file {path}")
+        if key == "properties_file":
+            raise KafkaSettingsError(
+                f"{where} line {number}: a properties file cannot name another one; remove "
+                "properties_file from the file"
+            )
+        near = difflib.get_close_matches(key, own, n=1, cutoff=0.9)
+        if key not in own and near and not librdkafka_keys(((key, lines[key][1]),)):
+            raise KafkaSettingsError(
+                f"{where} line {number}: {key} is no key a client knows; did you mean {near[0]}?"
+            )
+    props = {key: value for key, (_, value) in lines.items()}
+    out = {k: v for k, v in props.items() if k in known | {_MECHANISM_ALIAS, _BOOTSTRAP}}
+    out.pop("properties_file", None)
+    try:
+        if "sasl.jaas.config" in props:
+            for key, value in jaas_credentials(props["sasl.jaas.config"], where).items():
+                out.setdefault(key, value)
+        cache = bergstream_cache()
+        trust = trust_file(props, where, cache)
+        if trust is not None:
+            out.setdefault("ssl.ca.location", str(trust))
+        keys = key_files(props, where, cache)
+    except ClientFileError as error:
+        raise KafkaSettingsError(str(error)) from None
+    if keys is not None:
+        chain, key, password = keys
+        out.setdefault("ssl.certificate.location", str(chain))
+        out.setdefault("ssl.key.location", str(key))
+        if password is not None:
+            out["ssl.key.password"] = password
+    if out.get("ssl.endpoint.identification.algorithm") == "":
+        out["ssl.endpoint.identification.algorithm"] = "none"  # Java's spelling of "no check"
+    return _merge_mechanism(out, where)
+
+
+def _file_passthrough(path: Path) -> dict[str, str]:
+    """The keys of ``path`` that are neither the model's nor translated: the clients' own
+    settings (``client.id``, timeouts, ...), given to every client that knows them."""
+    known = {f.alias for f in KafkaClientSettings.model_fields.values() if f.alias}
+    taken = known | {_MECHANISM_ALIAS, _BOOTSTRAP, "ssl.key.password"} | _JAVA_TRANSLATED
+    return {k: v for k, v in read_properties_file(path).items() if k not in taken}
 
 
 def _merge_mechanism(data: dict[str, Any], where: str) -> dict[str, Any]:
@@ -159,6 +226,65 @@ def _redact_input(loc: tuple[str | int, ...], value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _REDACTED if k in _SECRET_KEYS else v for k, v in value.items()}
     return value
+
+
+#: The clients' own keys aiokafka has an argument for: key -> (argument, conversion).
+AIOKAFKA_ARGUMENTS: dict[str, tuple[str, Any]] = {
+    "client.id": ("client_id", str),
+    "request.timeout.ms": ("request_timeout_ms", int),
+    "metadata.max.age.ms": ("metadata_max_age_ms", int),
+    "retry.backoff.ms": ("retry_backoff_ms", int),
+    "connections.max.idle.ms": ("connections_max_idle_ms", int),
+}
+_CLIENT_SECRET = re.compile(r"(?i)password|secret|token|jaas|private|credential")
+
+
+def mask_client_secrets(props: Mapping[str, str]) -> dict[str, str]:
+    """``props`` for display: a value whose key names a secret as ``***``."""
+    return {k: _REDACTED if _CLIENT_SECRET.search(k) else v for k, v in props.items()}
+
+
+@functools.cache
+def librdkafka_keys(props: tuple[tuple[str, str], ...]) -> frozenset[str]:
+    """Which keys of ``props`` librdkafka takes, asked of librdkafka itself: a client handle
+    made with them and dropped without connecting refuses an unknown property by name (a known
+    one with a value it refuses is kept: the client then says what is wrong with it)."""
+    try:
+        from confluent_kafka import KafkaException, Producer
+    except ImportError:
+        return frozenset()
+    remaining = dict(props)
+    known: set[str] = set()
+    while remaining:
+        try:
+            Producer({**remaining, "logger": _SILENT})
+        except KafkaException as error:
+            text = error.args[0].str()
+            found = re.search(r'property:? "([^"]+)"', text)
+            if found is None or found.group(1) not in remaining:
+                return frozenset(known)
+            if not text.startswith("No such configuration property"):
+                known.add(found.group(1))
+            del remaining[found.group(1)]
+            continue
+        except (ValueError, TypeError):
+            return frozenset(known)
+        known.update(remaining)
+        break
+    return frozenset(known)
+
+
+class _Silent:
+    """A logger for probe handles: librdkafka warns about the missing bootstrap."""
+
+    def log(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return self.log
+
+
+_SILENT = _Silent()
 
 
 class KafkaClientSettings(StrictModel):
@@ -213,6 +339,7 @@ class KafkaClientSettings(StrictModel):
     )
 
     _bootstrap: str | None = PrivateAttr(None)
+    _passthrough: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -371,9 +498,11 @@ class KafkaClientSettings(StrictModel):
             raise ValidationError.from_exception_data(error.title, details) from None
 
     def model_post_init(self, context: Any, /) -> None:
-        """Keep the properties file's ``bootstrap.servers`` (see :attr:`bootstrap`)."""
+        """Keep the properties file's ``bootstrap.servers`` (see :attr:`bootstrap`) and the
+        clients' own keys (see :attr:`client_properties`)."""
         if self.properties_file is not None:
             self._bootstrap = read_properties_file(self.properties_file).get(_BOOTSTRAP) or None
+            self._passthrough = _file_passthrough(self.properties_file)
 
     # ----------------------------------------------------------------------------- reading
 
@@ -392,6 +521,13 @@ class KafkaClientSettings(StrictModel):
             if alias and alias != "properties_file"
         }
         return cls.model_validate(data)
+
+    @property
+    def client_properties(self) -> dict[str, str]:
+        """The properties file's keys that are the clients' own (``client.id``, timeouts, ...):
+        :meth:`librdkafka` gives those librdkafka knows, :meth:`java` all of them (Java's clients
+        ignore a key they do not know), :meth:`aiokafka` those it has an argument for."""
+        return dict(self._passthrough)
 
     @property
     def bootstrap(self) -> str | None:
@@ -433,6 +569,8 @@ class KafkaClientSettings(StrictModel):
             out["ssl.endpoint.identification.algorithm"] = (
                 self.ssl_endpoint_identification_algorithm
             )
+        known = librdkafka_keys(tuple(sorted(self._passthrough.items())))
+        out.update({k: v for k, v in self._passthrough.items() if k in known})
         return out
 
     def java(self) -> dict[str, str]:
@@ -467,6 +605,7 @@ class KafkaClientSettings(StrictModel):
             out["ssl.endpoint.identification.algorithm"] = (
                 "" if self.ssl_endpoint_identification_algorithm == "none" else "https"
             )
+        out.update(self._passthrough)
         return out
 
     def java_properties_text(self) -> str:
@@ -489,6 +628,10 @@ class KafkaClientSettings(StrictModel):
             out["sasl_mechanism"] = self.sasl_mechanism
             out["sasl_plain_username"] = self.sasl_username
             out["sasl_plain_password"] = self.sasl_password.get_secret_value()
+        for key, value in self._passthrough.items():
+            if key in AIOKAFKA_ARGUMENTS:
+                name, convert = AIOKAFKA_ARGUMENTS[key]
+                out[name] = convert(value)
         return out
 
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -535,6 +678,7 @@ class KafkaClientSettings(StrictModel):
             out[key] = _REDACTED if key in _SECRET_KEYS else str(value)
         if self._bootstrap is not None:
             out[_BOOTSTRAP] = self._bootstrap
+        out.update(mask_client_secrets(self._passthrough))
         return out
 
     def __repr__(self) -> str:

@@ -12,7 +12,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["JaasConfig", "JaasSyntaxError", "parse_jaas_config", "parse_properties"]
+__all__ = [
+    "PASSWORD_LOGIN_MODULES",
+    "REFUSED_KEYS",
+    "ClientFileError",
+    "JaasConfig",
+    "JaasSyntaxError",
+    "PropertiesSyntaxError",
+    "jaas_credentials",
+    "parse_jaas_config",
+    "parse_properties",
+]
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
@@ -67,7 +77,8 @@ def parse_properties(text: str) -> dict[str, tuple[int, str]]:
     """Every ``key -> (line, value)`` of a properties file, as ``java.util.Properties.load``
     reads it: ``key=value``, ``key: value`` or ``key value``, ``#`` and ``!`` comments, lines
     continued by a trailing backslash, ``\\t``, ``\\n``, ``\\uXXXX`` and ``\\x`` escapes; a key
-    given twice keeps its last value. A librdkafka file (``key=value``) reads the same."""
+    given twice keeps its last value; trailing blanks of a value dropped; a bare word with no
+    value is :class:`PropertiesSyntaxError`. A librdkafka file (``key=value``) reads the same."""
     found: dict[str, tuple[int, str]] = {}
     for number, line in _logical_lines(text):
         key_end = len(line)
@@ -85,8 +96,21 @@ def parse_properties(text: str) -> dict[str, tuple[int, str]]:
         rest = line[key_end:].lstrip(" \t\f")
         if rest[:1] in ("=", ":"):
             rest = rest[1:].lstrip(" \t\f")
-        found[key] = (number, _unescape(rest))
+        elif not rest and "." not in key:
+            # Java would read a key with an empty value; no client key is a bare word.
+            raise PropertiesSyntaxError(number)
+        # Trailing blanks (Java keeps them) are a copy-and-paste accident in every client key.
+        found[key] = (number, _unescape(rest).rstrip(" \t\f"))
     return found
+
+
+class PropertiesSyntaxError(ValueError):
+    """A line of a properties file that is no ``key=value`` (the line is not quoted: it may
+    hold a password)."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__(f"line {line}: expected key=value")
+        self.line = line
 
 
 class JaasSyntaxError(ValueError):
