@@ -330,3 +330,70 @@ def test_a_user_who_may_describe_but_not_read_gets_an_authorization_error(
     message = str(error.value)
     assert f"authorization failed for topic '{topic}'" in message, message
     assert "user 'noaccess'" in message, message
+
+
+def java_client_file(env: dict[str, str], folder: Path) -> Path:
+    """The stack's admin identity as a Java ``client.properties`` as people have one: its JAAS
+    line, a PKCS12 trust store of the stack's CA, and a client setting of the clients' own."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, pkcs12
+
+    stack = KafkaClientSettings.model_validate({"properties_file": env["BERGSTREAM_KAFKA_CONFIG"]})
+    assert stack.ssl_ca_location is not None and stack.sasl_password is not None
+    cas = x509.load_pem_x509_certificates(stack.ssl_ca_location.read_bytes())
+    store = folder / "truststore.p12"
+    store.write_bytes(
+        pkcs12.serialize_key_and_certificates(
+            None, None, None, cas, BestAvailableEncryption(b"changeit")
+        )
+    )
+    module = (
+        "plain.PlainLoginModule" if stack.sasl_mechanism == "PLAIN" else "scram.ScramLoginModule"
+    )
+    path = folder / "client.properties"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            # A Java client file: JAAS line, PKCS12 trust store, a key of the clients' own
+            security.protocol: SASL_SSL
+            sasl.mechanism: {stack.sasl_mechanism}
+            sasl.jaas.config=org.apache.kafka.common.security.{module} required \\
+                username="{stack.sasl_username}" \\
+                password="{stack.sasl_password.get_secret_value()}";
+            ssl.truststore.type=PKCS12
+            ssl.truststore.location={store}
+            ssl.truststore.password=changeit
+            client.id=java-file-client
+            """
+        )
+    )
+    return path
+
+
+def test_a_java_client_properties_file_copies_a_typed_topic(
+    spark: Any,
+    secure_stack_env: dict[str, str],
+    secure_home: Path,
+    new_secure_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    path = java_client_file(secure_stack_env, tmp_path)
+    lake = lake_of(
+        {**secure_stack_env, "JAVA_CLIENT_FILE": str(path)}, secure_home, "JAVA_CLIENT_FILE"
+    )
+    client = lake.config.kafka_client
+    assert client.client_properties == {"client.id": "java-file-client"}
+    assert client.java()["client.id"] == "java-file-client"
+    fetch = worker_fetch_settings(lake, "t")
+    assert fetch is not None and fetch.client["client.id"] == "java-file-client"
+    topic = new_secure_topic(PARTS, prefix="lake-java-file")
+    typing = topic_typing(
+        typed_context(tmp_path, {"topics": [{"match": topic, "value": "json"}]}), topic
+    )
+    values = {n: json.dumps({"id": n}).encode() for n in range(60)}
+    produce(secure_stack_env, topic, list(values.values()), 0)
+    # Spark's Kafka source (Java: the JAAS line, the PKCS12 store) plans the batches, the
+    # workers (librdkafka: the PEM written from it) read them.
+    result = run_pipeline(spark, lake, topic, once=True, report=quiet, codecs=typing)
+    assert result.records == 60
+    assert table_seen(lake, topic, values) == consume_all(secure_stack_env, topic)
