@@ -8,7 +8,6 @@ which grows with every record produced and not yet copied."""
 from __future__ import annotations
 
 import re
-import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from bergstream.devstack.stack.ports import free_ports
 from tests.kits.ksi_stack import lake_yaml, run_pipeline_once
+from tests.metrics.isk_config import isk_yaml
 from tests.metrics.scrape import Samples, get_json, sample, scrape, total
 from tests.support import ProxyProcess, start_bergstream_run
 
@@ -47,24 +47,7 @@ def isk_config(tmp_path: Path, kafka_bootstrap: str, extra: str = "") -> tuple[P
     catalog_port, s3_port = free_ports(2)
     config = tmp_path / "isk.yaml"
     config.write_text(
-        textwrap.dedent(
-            f"""
-            services:
-              - type: isk
-                config:
-                  cluster: {ISK_CLUSTER}
-                  kafka_bootstrap: "{kafka_bootstrap}"
-                  chunk_records: 16
-                  http:
-                    catalog_port: {catalog_port}
-                    s3_port: {s3_port}
-                    access_key: isk-metrics
-                    secret_key: isk-metrics-secret
-                  index: {{type: sqlite, config: {{path: "{tmp_path / "index.sqlite"}"}}}}
-                  cache: {{type: local, config: {{directory: "{tmp_path / "cache"}"}}}}
-            metrics: {{port: 0}}
-            """
-        )
+        isk_yaml(tmp_path, kafka_bootstrap, ISK_CLUSTER, catalog_port=catalog_port, s3_port=s3_port)
         + extra
     )
     return config, catalog_port

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import textwrap
 import threading
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from bergstream.devstack.stack.testing import running_stack, stop_session_stack
 from tests.kits.ksi_stack import lake_yaml
 from tests.kits.lake import Produced, produce
 from tests.metrics.deploy_files import RULES, dashboard_exprs
+from tests.metrics.isk_config import isk_yaml
 from tests.metrics.prometheus_server import Prometheus, scaled_rules
 from tests.support import BERGSTREAM, start_bergstream_run, wait_until
 
@@ -61,21 +61,7 @@ def test_prometheus_scrapes_bergstream_and_the_rules_fire_on_faults(tmp_path: Pa
         home = tmp_path / "home"
         config = tmp_path / "isk.yaml"
         config.write_text(
-            textwrap.dedent(
-                f"""
-                services:
-                  - type: isk
-                    config:
-                      cluster: prometheus
-                      kafka_bootstrap: "{bootstrap}"
-                      chunk_records: 16
-                      index_interval_seconds: 0.5
-                      http: {{catalog_port: 0, s3_port: 0, access_key: a, secret_key: b}}
-                      index: {{type: sqlite, config: {{path: "{tmp_path / "index.sqlite"}"}}}}
-                      cache: {{type: local, config: {{directory: "{tmp_path / "cache"}"}}}}
-                metrics: {{port: 0}}
-                """
-            )
+            isk_yaml(tmp_path, bootstrap, "prometheus", index_interval_seconds=0.5)
             + lake_yaml(home, bootstrap).replace(
                 "  pipeline:\n", "  pipeline:\n    trigger_interval_seconds: 0.5\n"
             )

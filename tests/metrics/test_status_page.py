@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import subprocess
-import textwrap
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from bergstream.core.lake import LakeConfig, load_catalog
 from bergstream.pipeline.settings import resolve_pipeline_lake
 from tests.kits.ksi_stack import lake_yaml, run_pipeline_once
 from tests.kits.lake import Produced, produce
+from tests.metrics.isk_config import isk_yaml
 from tests.metrics.scrape import get_json, scrape, total
 from tests.support import start_bergstream_run, wait_until
 
@@ -72,21 +72,7 @@ def test_the_status_page_in_a_browser_matches_the_catalog_and_the_metrics(
     home = tmp_path / "home"
     config = tmp_path / "isk.yaml"
     config.write_text(
-        textwrap.dedent(
-            f"""
-            services:
-              - type: isk
-                config:
-                  cluster: status
-                  kafka_bootstrap: "{kafka_bootstrap}"
-                  chunk_records: 64
-                  index_interval_seconds: 0.5
-                  http: {{catalog_port: 0, s3_port: 0, access_key: a, secret_key: b}}
-                  index: {{type: sqlite, config: {{path: "{tmp_path / "index.sqlite"}"}}}}
-                  cache: {{type: local, config: {{directory: "{tmp_path / "cache"}"}}}}
-            metrics: {{port: 0}}
-            """
-        )
+        isk_yaml(tmp_path, kafka_bootstrap, "status", chunk_records=64, index_interval_seconds=0.5)
         + lake_yaml(home, kafka_bootstrap)
     )
     assert run_pipeline_once(config, topic)["records"] == 300  # the coldset: offsets 0-149 each
