@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from bergstream.core.api import bergstream_cache
+
 __all__ = [
     "ICEBERG_VERSION",
     "SPARK_VERSION",
@@ -57,8 +59,7 @@ def spark_packages() -> str:
 
 def cache_dir() -> Path:
     """``$BERGSTREAM_CACHE`` (default ``~/.cache/bergstream``): downloads and JVM archives."""
-    cache = os.environ.get("BERGSTREAM_CACHE") or Path.home() / ".cache" / "bergstream"
-    return Path(cache).expanduser().resolve()
+    return bergstream_cache()
 
 
 def ivy_dir() -> Path:
