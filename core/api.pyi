@@ -43,7 +43,7 @@ from .current_state import (
 from .health import ProbeFailed, ReadinessCheck, http_probe, tcp_probe
 from .home import bergstream_cache, bergstream_home
 from .hookspecs import API_VERSION, hookimpl
-from .kafka_client import KafkaClientSettings, KafkaSettingsError
+from .kafka_client import KafkaClientSettings, KafkaSettingsError, librdkafka_speaks
 from .kafka_sasl import (
     KafkaAuthenticationError,
     KafkaConnection,
@@ -380,6 +380,7 @@ __all__ = [
     "kafka_check",
     "kafka_request",
     "lake_checks",
+    "librdkafka_speaks",
     "load_catalog",
     "load_config",
     "load_registry",

@@ -22,6 +22,7 @@ import functools
 import os
 import re
 import ssl
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -48,26 +49,37 @@ from bergstream.core.kafka_properties import (
 )
 from bergstream.core.kafka_stores import key_files, trust_file
 from bergstream.core.models import StrictModel
+from bergstream.core.oauth_tokens import OidcTokenSource, parse_extensions, token_source
 
 __all__ = [
     "ENV_PREFIX",
+    "OAUTH_ALLOWED_URLS",
+    "OIDC_LOGIN_HANDLER",
+    "PASSWORD_MECHANISMS",
     "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",
     "KafkaClientSettings",
     "KafkaSettingsError",
+    "librdkafka_speaks",
     "read_properties_file",
 ]
 
 #: What ``security.protocol`` accepts (any case).
 SECURITY_PROTOCOLS: tuple[str, ...] = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: The SASL mechanisms bergstream's clients implement.
-SASL_MECHANISMS: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-#: Mechanisms Kafka has that bergstream does not implement (a clear error, not a silent skip).
-_UNSUPPORTED_MECHANISMS = ("GSSAPI", "OAUTHBEARER")
+SASL_MECHANISMS: tuple[str, ...] = (
+    "PLAIN",
+    "SCRAM-SHA-256",
+    "SCRAM-SHA-512",
+    "OAUTHBEARER",
+    "GSSAPI",
+)
+#: The mechanisms that log in with ``sasl.username`` and ``sasl.password``.
+PASSWORD_MECHANISMS: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: Prefix of the variables ``bergstream stack env`` exports (``KafkaClientSettings.from_env``).
 ENV_PREFIX = "BERGSTREAM_KAFKA_"
 
-_SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password"})
+_SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password", "sasl.oauthbearer.client.secret"})
 _PATH_KEYS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
 _REDACTED = "***"
 # Keys a properties file may hold besides the model's own: librdkafka's plural spelling of
@@ -78,7 +90,27 @@ _JAAS_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "OAUTHBEARER": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule",
+    "GSSAPI": "com.sun.security.auth.module.Krb5LoginModule",
 }
+#: Java's login callback handler fetching OIDC client-credentials tokens (Kafka 3.1+).
+OIDC_LOGIN_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+_OIDC_HANDLERS = (
+    OIDC_LOGIN_HANDLER,
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
+)
+#: Java's name of the URLs a Kafka 4 client may fetch tokens from (a JVM system property).
+OAUTH_ALLOWED_URLS = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
+_OAUTH_KEYS = (
+    "sasl.oauthbearer.method",
+    "sasl.oauthbearer.client.id",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.scope",
+    "sasl.oauthbearer.extensions",
+    "https.ca.location",
+)
+_KERBEROS_KEYS = ("sasl.kerberos.principal", "sasl.kerberos.keytab")
 
 
 class KafkaSettingsError(ValueError):
@@ -111,6 +143,7 @@ def _read_lines(path: Path) -> dict[str, tuple[int, str]]:
 _JAVA_TRANSLATED = frozenset(
     {
         "sasl.jaas.config",
+        "sasl.login.callback.handler.class",
         "ssl.truststore.type",
         "ssl.truststore.location",
         "ssl.truststore.password",
@@ -151,6 +184,15 @@ def _file_settings(path: Path) -> dict[str, str]:
     props = {key: value for key, (_, value) in lines.items()}
     out = {k: v for k, v in props.items() if k in known | {_MECHANISM_ALIAS, _BOOTSTRAP}}
     out.pop("properties_file", None)
+    handler = props.get("sasl.login.callback.handler.class")
+    if handler not in (None, "", *_OIDC_HANDLERS):
+        raise KafkaSettingsError(
+            f"{where} line {lines['sasl.login.callback.handler.class'][0]}: "
+            f"sasl.login.callback.handler.class {handler} is Java code bergstream's clients "
+            "cannot run; OAUTHBEARER logs in with the OIDC client-credentials grant "
+            f"({OIDC_LOGIN_HANDLER}): give sasl.oauthbearer.token.endpoint.url and the JAAS "
+            "clientId and clientSecret"
+        )
     try:
         if "sasl.jaas.config" in props:
             for key, value in jaas_credentials(props["sasl.jaas.config"], where).items():
@@ -200,8 +242,9 @@ def _merge_mechanism(data: dict[str, Any], where: str) -> dict[str, Any]:
 
 def _existing_file(value: Path | None, key: str) -> Path | None:
     if value is not None and not value.is_file():
+        kind = "keytab" if key == "sasl.kerberos.keytab" else "PEM file"
         raise ValueError(
-            f"{key}: file {value} does not exist: give the path of a readable PEM file, or "
+            f"{key}: file {value} does not exist: give the path of a readable {kind}, or "
             f"leave {key} empty"
         )
     return value
@@ -274,6 +317,22 @@ def librdkafka_keys(props: tuple[tuple[str, str], ...]) -> frozenset[str]:
     return frozenset(known)
 
 
+@functools.cache
+def librdkafka_speaks(mechanism: str) -> bool:
+    """Whether this process's librdkafka (confluent-kafka's) was built with SASL ``mechanism``
+    (the PyPI wheels have no GSSAPI: they are built without libsasl2), asked of librdkafka."""
+    try:
+        from confluent_kafka import KafkaException, Producer
+    except ImportError:
+        return False
+    config = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": mechanism}
+    try:
+        Producer({**config, "logger": _SILENT})
+    except KafkaException as error:
+        return "No provider for SASL mechanism" not in error.args[0].str()
+    return True
+
+
 class _Silent:
     """A logger for probe handles: librdkafka warns about the missing bootstrap."""
 
@@ -304,10 +363,13 @@ class KafkaClientSettings(StrictModel):
         alias="security.protocol",
         description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (any case)",
     )
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+    sasl_mechanism: (
+        Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"] | None
+    ) = Field(
         None,
         alias="sasl.mechanism",
-        description="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (also read as sasl.mechanisms)",
+        description="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or GSSAPI (also read as "
+        "sasl.mechanisms)",
     )
     sasl_username: str | None = Field(None, alias="sasl.username", description="SASL user")
     sasl_password: SecretStr | None = Field(
@@ -326,6 +388,52 @@ class KafkaClientSettings(StrictModel):
     )
     ssl_key_password: SecretStr | None = Field(
         None, alias="ssl.key.password", description="password of an encrypted private key"
+    )
+    sasl_oauthbearer_method: Literal["oidc"] | None = Field(
+        None,
+        alias="sasl.oauthbearer.method",
+        description="oidc (the default with OAUTHBEARER): tokens from the client-credentials grant",
+    )
+    sasl_oauthbearer_client_id: str | None = Field(
+        None, alias="sasl.oauthbearer.client.id", description="OAUTHBEARER: the OAuth client id"
+    )
+    sasl_oauthbearer_client_secret: SecretStr | None = Field(
+        None,
+        alias="sasl.oauthbearer.client.secret",
+        description="OAUTHBEARER: the OAuth client secret (never shown)",
+    )
+    sasl_oauthbearer_token_endpoint_url: str | None = Field(
+        None,
+        alias="sasl.oauthbearer.token.endpoint.url",
+        description="OAUTHBEARER: the identity provider's token endpoint (http or https URL)",
+    )
+    sasl_oauthbearer_scope: str | None = Field(
+        None, alias="sasl.oauthbearer.scope", description="OAUTHBEARER: scopes asked for"
+    )
+    sasl_oauthbearer_extensions: str | None = Field(
+        None,
+        alias="sasl.oauthbearer.extensions",
+        description="OAUTHBEARER: SASL extensions key=value,key2=value2 (e.g. Confluent "
+        "Cloud's logicalCluster and identityPoolId)",
+    )
+    https_ca_location: Path | None = Field(
+        None,
+        alias="https.ca.location",
+        description="OAUTHBEARER: PEM file of the CAs that sign the token endpoint's "
+        "certificate; system CAs if unset",
+    )
+    sasl_kerberos_service_name: str | None = Field(
+        None,
+        alias="sasl.kerberos.service.name",
+        description="GSSAPI: the brokers' Kerberos service name (kafka if unset)",
+    )
+    sasl_kerberos_principal: str | None = Field(
+        None, alias="sasl.kerberos.principal", description="GSSAPI: the client's principal"
+    )
+    sasl_kerberos_keytab: Path | None = Field(
+        None,
+        alias="sasl.kerberos.keytab",
+        description="GSSAPI: keytab of sasl.kerberos.principal; the ticket cache (kinit) if unset",
     )
     ssl_endpoint_identification_algorithm: Literal["https", "none"] = Field(
         "https",
@@ -374,11 +482,6 @@ class KafkaClientSettings(StrictModel):
     def _mechanism_case(cls, value: Any) -> Any:
         if isinstance(value, str):
             upper = value.strip().upper()
-            if upper in _UNSUPPORTED_MECHANISMS:
-                raise ValueError(
-                    f"sasl.mechanism {upper} is not supported by bergstream: use "
-                    f"{', '.join(SASL_MECHANISMS)}"
-                )
             if upper not in SASL_MECHANISMS:
                 raise ValueError(
                     f"unknown sasl.mechanism {value!r}: choose from {', '.join(SASL_MECHANISMS)}"
@@ -391,7 +494,48 @@ class KafkaClientSettings(StrictModel):
     def _algorithm_case(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value
 
-    @field_validator("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
+    @field_validator("sasl_oauthbearer_method", mode="before")
+    @classmethod
+    def _method_case(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            lower = value.strip().lower()
+            if lower == "default":
+                raise ValueError(
+                    "sasl.oauthbearer.method default makes up unsecured tokens (librdkafka's "
+                    "test mode), which bergstream does not: use oidc with "
+                    "sasl.oauthbearer.client.id, sasl.oauthbearer.client.secret and "
+                    "sasl.oauthbearer.token.endpoint.url"
+                )
+            return lower
+        return value
+
+    @field_validator("sasl_oauthbearer_token_endpoint_url")
+    @classmethod
+    def _endpoint_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parsed = urllib.parse.urlsplit(value)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(
+                f"sasl.oauthbearer.token.endpoint.url {value!r} is no http or https URL: give "
+                "the identity provider's token endpoint, e.g. "
+                "https://idp.example.com/realms/kafka/protocol/openid-connect/token"
+            )
+        return value
+
+    @field_validator("sasl_oauthbearer_extensions")
+    @classmethod
+    def _extensions(cls, value: str | None) -> str | None:
+        parse_extensions(value)
+        return value
+
+    @field_validator(
+        "ssl_ca_location",
+        "ssl_certificate_location",
+        "ssl_key_location",
+        "https_ca_location",
+        "sasl_kerberos_keytab",
+    )
     @classmethod
     def _file_exists(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         return _existing_file(value, cls.model_fields[info.field_name].alias or info.field_name)
@@ -409,31 +553,9 @@ class KafkaClientSettings(StrictModel):
         sasl = protocol.startswith("SASL_")
         tls = protocol.endswith("SSL")
         if sasl:
-            missing = [
-                key
-                for key, value in (
-                    ("sasl.mechanism", self.sasl_mechanism),
-                    ("sasl.username", self.sasl_username),
-                    ("sasl.password", self.sasl_password),
-                )
-                if value is None
-            ]
-            if missing:
-                raise ValueError(
-                    f"security.protocol {protocol} needs {', '.join(missing)}: set "
-                    f"{'it' if len(missing) == 1 else 'them'}, or choose security.protocol "
-                    f"{'SSL' if tls else 'PLAINTEXT'} for a listener without SASL"
-                )
+            self._check_sasl(protocol, tls)
         else:
-            given = [
-                key
-                for key, value in (
-                    ("sasl.mechanism", self.sasl_mechanism),
-                    ("sasl.username", self.sasl_username),
-                    ("sasl.password", self.sasl_password),
-                )
-                if value is not None
-            ]
+            given = [key for key in self._sasl_keys_given() if key != "https.ca.location"]
             if given:
                 raise ValueError(
                     f"{', '.join(given)} set but security.protocol is {protocol}, which does no "
@@ -472,6 +594,62 @@ class KafkaClientSettings(StrictModel):
                 "ssl.key.password is set but ssl.key.location is not: set the key's file too"
             )
         return self
+
+    def _sasl_keys_given(self) -> list[str]:
+        """The SASL keys that are set, by their key names."""
+        names = ("sasl.mechanism", "sasl.username", "sasl.password", *_OAUTH_KEYS)
+        names += ("sasl.kerberos.service.name", *_KERBEROS_KEYS)
+        fields = {info.alias: name for name, info in type(self).model_fields.items()}
+        return [key for key in names if getattr(self, fields[key]) is not None]
+
+    def _check_sasl(self, protocol: str, tls: bool) -> None:
+        mechanism = self.sasl_mechanism
+        given = set(self._sasl_keys_given())
+        if mechanism is None:
+            raise ValueError(
+                f"security.protocol {protocol} needs sasl.mechanism: set it (one of "
+                f"{', '.join(SASL_MECHANISMS)}), or choose security.protocol "
+                f"{'SSL' if tls else 'PLAINTEXT'} for a listener without SASL"
+            )
+        if mechanism in PASSWORD_MECHANISMS:
+            needed: tuple[str, ...] = ("sasl.username", "sasl.password")
+            how = "sasl.username and sasl.password"
+        elif mechanism == "OAUTHBEARER":
+            needed = (
+                "sasl.oauthbearer.client.id",
+                "sasl.oauthbearer.client.secret",
+                "sasl.oauthbearer.token.endpoint.url",
+            )
+            how = "an OAuth client (sasl.oauthbearer.*)"
+        else:
+            needed = ()
+            how = "Kerberos (sasl.kerberos.*)"
+        missing = [key for key in needed if key not in given]
+        if missing:
+            raise ValueError(
+                f"sasl.mechanism {mechanism} needs {', '.join(missing)}: set "
+                f"{'it' if len(missing) == 1 else 'them'}"
+            )
+        own = {"sasl.mechanism", *needed}
+        if mechanism in PASSWORD_MECHANISMS:
+            foreign = [k for k in given if k not in own]
+        elif mechanism == "OAUTHBEARER":
+            foreign = [k for k in given if k not in own and k not in _OAUTH_KEYS]
+        else:
+            own |= {"sasl.kerberos.service.name", *_KERBEROS_KEYS, "https.ca.location"}
+            foreign = [k for k in given if k not in own]
+        foreign = [k for k in foreign if k != "https.ca.location"]
+        if foreign:
+            raise ValueError(
+                f"{', '.join(sorted(foreign))} set but sasl.mechanism {mechanism} logs in with "
+                f"{how}: leave {'it' if len(foreign) == 1 else 'them'} empty, or choose the "
+                "mechanism they belong to"
+            )
+        if mechanism == "GSSAPI" and self.sasl_kerberos_keytab and not self.sasl_kerberos_principal:
+            raise ValueError(
+                "sasl.kerberos.keytab is set but sasl.kerberos.principal is not: name the "
+                "principal whose keys the keytab holds (e.g. kafka-client@EXAMPLE.COM)"
+            )
 
     @model_validator(mode="wrap")
     @classmethod
@@ -535,6 +713,107 @@ class KafkaClientSettings(StrictModel):
         return self._bootstrap
 
     @property
+    def kerberos_service_name(self) -> str:
+        """The brokers' Kerberos service name (``sasl.kerberos.service.name``, kafka if unset)."""
+        return self.sasl_kerberos_service_name or "kafka"
+
+    @property
+    def principal(self) -> str | None:
+        """Who these settings log in as, for messages: the SASL user, the OAuth client id or the
+        Kerberos principal (None without SASL, or for GSSAPI from the ticket cache)."""
+        if self.sasl_mechanism == "OAUTHBEARER":
+            return self.sasl_oauthbearer_client_id
+        if self.sasl_mechanism == "GSSAPI":
+            return self.sasl_kerberos_principal
+        return self.sasl_username
+
+    def oauth_token_source(self) -> OidcTokenSource:
+        """The process's shared token source of these OAUTHBEARER settings
+        (:func:`~bergstream.core.oauth_tokens.token_source`)."""
+        if (
+            self.sasl_oauthbearer_token_endpoint_url is None
+            or self.sasl_oauthbearer_client_id is None
+            or self.sasl_oauthbearer_client_secret is None
+        ):
+            raise KafkaSettingsError(
+                "OAUTHBEARER needs sasl.oauthbearer.client.id, sasl.oauthbearer.client.secret and "
+                "sasl.oauthbearer.token.endpoint.url"
+            )
+        return token_source(
+            self.sasl_oauthbearer_token_endpoint_url,
+            self.sasl_oauthbearer_client_id,
+            self.sasl_oauthbearer_client_secret.get_secret_value(),
+            self.sasl_oauthbearer_scope,
+            str(self.https_ca_location) if self.https_ca_location else None,
+        )
+
+    def java_system_properties(self) -> dict[str, str]:
+        """JVM system properties a Java client of these settings needs besides its client
+        properties: the token endpoint among Kafka 4's allowed OAuth URLs, and Kerberos's
+        ``java.security.krb5.conf`` from ``$KRB5_CONFIG`` (Java does not read that variable)."""
+        out: dict[str, str] = {}
+        if self.sasl_mechanism == "OAUTHBEARER" and self.sasl_oauthbearer_token_endpoint_url:
+            out[OAUTH_ALLOWED_URLS] = self.sasl_oauthbearer_token_endpoint_url
+        if self.sasl_mechanism == "GSSAPI" and os.environ.get("KRB5_CONFIG"):
+            out["java.security.krb5.conf"] = os.environ["KRB5_CONFIG"]
+        return out
+
+    def _oauth_values(self) -> dict[str, str]:
+        """The OAUTHBEARER keys that are set, by name (secret included)."""
+        out: dict[str, str] = {}
+        for key in _OAUTH_KEYS[1:]:
+            name = key.replace(".", "_")
+            value = getattr(self, name)
+            if value is None:
+                continue
+            out[key] = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+        return out
+
+    def _java_login(self) -> dict[str, str]:
+        """``sasl.jaas.config`` (and what goes with it) for Java's client."""
+        mechanism = self.sasl_mechanism
+        assert mechanism is not None
+        module = _JAAS_MODULES[mechanism]
+        if mechanism in PASSWORD_MECHANISMS:
+            assert self.sasl_username is not None and self.sasl_password is not None
+            return {
+                "sasl.jaas.config": f"{module} required "
+                f"username={_jaas_quote(self.sasl_username)} "
+                f"password={_jaas_quote(self.sasl_password.get_secret_value())};"
+            }
+        if mechanism == "OAUTHBEARER":
+            assert self.sasl_oauthbearer_client_id and self.sasl_oauthbearer_client_secret
+            assert self.sasl_oauthbearer_token_endpoint_url is not None
+            options = [
+                f"clientId={_jaas_quote(self.sasl_oauthbearer_client_id)}",
+                f"clientSecret={_jaas_quote(self.sasl_oauthbearer_client_secret.get_secret_value())}",
+            ]
+            if self.sasl_oauthbearer_scope:
+                options.append(f"scope={_jaas_quote(self.sasl_oauthbearer_scope)}")
+            for key, value in parse_extensions(self.sasl_oauthbearer_extensions).items():
+                options.append(f"ext_{key}={_jaas_quote(value)}")
+            return {
+                "sasl.login.callback.handler.class": OIDC_LOGIN_HANDLER,
+                "sasl.oauthbearer.token.endpoint.url": self.sasl_oauthbearer_token_endpoint_url,
+                "sasl.jaas.config": f"{module} required {' '.join(options)};",
+            }
+        if self.sasl_kerberos_keytab is not None:
+            assert self.sasl_kerberos_principal is not None
+            keytab = _jaas_quote(str(self.sasl_kerberos_keytab))
+            login = (
+                f"useKeyTab=true storeKey=true keyTab={keytab} "
+                f"principal={_jaas_quote(self.sasl_kerberos_principal)}"
+            )
+        else:
+            login = "useTicketCache=true"
+            if self.sasl_kerberos_principal is not None:
+                login += f" principal={_jaas_quote(self.sasl_kerberos_principal)}"
+        return {
+            "sasl.kerberos.service.name": self.kerberos_service_name,
+            "sasl.jaas.config": f"{module} required {login};",
+        }
+
+    @property
     def uses_tls(self) -> bool:
         """True for SSL and SASL_SSL."""
         return self.security_protocol.endswith("SSL")
@@ -559,6 +838,15 @@ class KafkaClientSettings(StrictModel):
             out["sasl.username"] = self.sasl_username
         if self.sasl_password is not None:
             out["sasl.password"] = self.sasl_password.get_secret_value()
+        if self.sasl_mechanism == "OAUTHBEARER":
+            out["sasl.oauthbearer.method"] = "oidc"
+            out.update(self._oauth_values())
+        if self.sasl_mechanism == "GSSAPI":
+            out["sasl.kerberos.service.name"] = self.kerberos_service_name
+            if self.sasl_kerberos_principal is not None:
+                out["sasl.kerberos.principal"] = self.sasl_kerberos_principal
+            if self.sasl_kerberos_keytab is not None:
+                out["sasl.kerberos.keytab"] = str(self.sasl_kerberos_keytab)
         for key in _PATH_KEYS:
             path = getattr(self, key.replace(".", "_"))
             if path is not None:
@@ -582,13 +870,9 @@ class KafkaClientSettings(StrictModel):
             out[_BOOTSTRAP] = self._bootstrap
         out["security.protocol"] = self.security_protocol
         if self.uses_sasl:
-            assert self.sasl_mechanism and self.sasl_username and self.sasl_password
+            assert self.sasl_mechanism is not None
             out["sasl.mechanism"] = self.sasl_mechanism
-            out["sasl.jaas.config"] = (
-                f"{_JAAS_MODULES[self.sasl_mechanism]} required "
-                f"username={_jaas_quote(self.sasl_username)} "
-                f"password={_jaas_quote(self.sasl_password.get_secret_value())};"
-            )
+            out.update(self._java_login())
         if self.uses_tls:
             if self.ssl_ca_location is not None:
                 out["ssl.truststore.type"] = "PEM"
@@ -624,10 +908,22 @@ class KafkaClientSettings(StrictModel):
         if self.uses_tls:
             out["ssl_context"] = self.ssl_context()
         if self.uses_sasl:
-            assert self.sasl_password is not None
             out["sasl_mechanism"] = self.sasl_mechanism
-            out["sasl_plain_username"] = self.sasl_username
-            out["sasl_plain_password"] = self.sasl_password.get_secret_value()
+            if self.sasl_mechanism == "OAUTHBEARER":
+                from bergstream.core.kafka_oauth import AiokafkaTokenProvider
+
+                out["sasl_oauth_token_provider"] = AiokafkaTokenProvider(
+                    self.oauth_token_source(), parse_extensions(self.sasl_oauthbearer_extensions)
+                )
+            elif self.sasl_mechanism == "GSSAPI":
+                from bergstream.core.kafka_kerberos import prepare_process_credentials
+
+                prepare_process_credentials(self)
+                out["sasl_kerberos_service_name"] = self.kerberos_service_name
+            else:
+                assert self.sasl_password is not None
+                out["sasl_plain_username"] = self.sasl_username
+                out["sasl_plain_password"] = self.sasl_password.get_secret_value()
         for key, value in self._passthrough.items():
             if key in AIOKAFKA_ARGUMENTS:
                 name, convert = AIOKAFKA_ARGUMENTS[key]

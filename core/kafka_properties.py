@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "KERBEROS_LOGIN_MODULE",
+    "OAUTH_LOGIN_MODULE",
     "PASSWORD_LOGIN_MODULES",
     "REFUSED_KEYS",
     "ClientFileError",
@@ -209,19 +211,13 @@ REFUSED_KEYS: dict[str, str] = {
 
 #: Login modules of ``sasl.jaas.config`` whose user and password bergstream takes.
 PASSWORD_LOGIN_MODULES = ("PlainLoginModule", "ScramLoginModule")
+#: Java's OAUTHBEARER login module and its options bergstream translates.
+OAUTH_LOGIN_MODULE = "OAuthBearerLoginModule"
+#: Java's Kerberos login module (``com.sun.security.auth.module``; IBM's has the same name).
+KERBEROS_LOGIN_MODULE = "Krb5LoginModule"
 
 
-def jaas_credentials(value: str, where: str) -> dict[str, str]:
-    """``sasl.username`` and ``sasl.password`` from a PLAIN or SCRAM ``sasl.jaas.config``."""
-    try:
-        jaas = parse_jaas_config(value)
-    except JaasSyntaxError as error:
-        raise ClientFileError(f"{where}: {error}") from None
-    if jaas.module_name not in PASSWORD_LOGIN_MODULES:
-        raise ClientFileError(
-            f"{where}: sasl.jaas.config uses {jaas.module_name}, whose mechanism bergstream "
-            "does not speak yet (it speaks PLAIN and SCRAM: PlainLoginModule, ScramLoginModule)"
-        )
+def _jaas_password(jaas: JaasConfig, where: str) -> dict[str, str]:
     missing = [key for key in ("username", "password") if key not in jaas.options]
     if missing:
         raise ClientFileError(
@@ -229,3 +225,60 @@ def jaas_credentials(value: str, where: str) -> dict[str, str]:
             'username="..." password="..."'
         )
     return {"sasl.username": jaas.options["username"], "sasl.password": jaas.options["password"]}
+
+
+def _jaas_oauth(jaas: JaasConfig, where: str) -> dict[str, str]:
+    options = jaas.options
+    if any(key.startswith("unsecuredLogin") for key in options):
+        raise ClientFileError(
+            f"{where}: sasl.jaas.config makes up unsecured tokens (unsecuredLogin* options, "
+            "Kafka's test mode), which bergstream does not: give clientId and clientSecret "
+            "and sasl.oauthbearer.token.endpoint.url"
+        )
+    out = {"sasl.oauthbearer.method": "oidc"}
+    for option, key in (
+        ("clientId", "sasl.oauthbearer.client.id"),
+        ("clientSecret", "sasl.oauthbearer.client.secret"),
+        ("scope", "sasl.oauthbearer.scope"),
+    ):
+        if option in options:
+            out[key] = options[option]
+    extensions = [f"{k[4:]}={v}" for k, v in options.items() if k.startswith("ext_")]
+    if extensions:
+        out["sasl.oauthbearer.extensions"] = ",".join(extensions)
+    return out
+
+
+def _jaas_kerberos(jaas: JaasConfig, where: str) -> dict[str, str]:
+    options = jaas.options
+    out: dict[str, str] = {}
+    if "principal" in options:
+        out["sasl.kerberos.principal"] = options["principal"]
+    if options.get("useKeyTab", "false").lower() == "true":
+        if "keyTab" not in options:
+            raise ClientFileError(
+                f'{where}: sasl.jaas.config has useKeyTab=true but no keyTab="..." option'
+            )
+        out["sasl.kerberos.keytab"] = options["keyTab"]
+    return out
+
+
+def jaas_credentials(value: str, where: str) -> dict[str, str]:
+    """The settings a ``sasl.jaas.config`` holds, by librdkafka's key names: ``sasl.username``
+    and ``sasl.password`` (PLAIN, SCRAM); the OAuth client (``clientId``, ``clientSecret``,
+    ``scope``, ``ext_*``) of OAUTHBEARER's OIDC login; the principal and keytab of Kerberos'."""
+    try:
+        jaas = parse_jaas_config(value)
+    except JaasSyntaxError as error:
+        raise ClientFileError(f"{where}: {error}") from None
+    if jaas.module_name in PASSWORD_LOGIN_MODULES:
+        return _jaas_password(jaas, where)
+    if jaas.module_name == OAUTH_LOGIN_MODULE:
+        return _jaas_oauth(jaas, where)
+    if jaas.module_name == KERBEROS_LOGIN_MODULE:
+        return _jaas_kerberos(jaas, where)
+    raise ClientFileError(
+        f"{where}: sasl.jaas.config uses {jaas.module_name}, a login module bergstream does not "
+        "know (it speaks PlainLoginModule, ScramLoginModule, OAuthBearerLoginModule and "
+        "Krb5LoginModule)"
+    )

@@ -1,4 +1,6 @@
-"""SASL authentication of bergstream's own Kafka connections (PLAIN, SCRAM-SHA-256/512).
+"""SASL authentication of bergstream's own Kafka connections (PLAIN, SCRAM-SHA-256/512,
+OAUTHBEARER with :mod:`~bergstream.core.kafka_oauth`, GSSAPI with
+:mod:`~bergstream.core.kafka_kerberos`).
 
 For a connection made with asyncio streams (TLS already applied with
 ``KafkaClientSettings.ssl_context()`` of :mod:`bergstream.core.kafka_client`),
@@ -23,8 +25,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.protocol import RequestPayload, ResponsePayload
 
-from bergstream.core.kafka_client import KafkaClientSettings
+from bergstream.core.kafka_client import KafkaClientSettings, KafkaSettingsError
+from bergstream.core.kafka_kerberos import GssapiExchange, KerberosError
+from bergstream.core.kafka_oauth import client_first_message, refusal_text
 from bergstream.core.kafka_wire.api_keys import ApiKey
+from bergstream.core.oauth_tokens import OAuthTokenError, parse_extensions
 from bergstream.core.proxy.codec import (
     CodecError,
     build_request,
@@ -169,6 +174,7 @@ class _Exchange:
         settings: KafkaClientSettings,
         client_id: str | None,
         reauth: bool,
+        host: str | None = None,
     ) -> None:
         self.reader = reader
         self.reauth = reauth
@@ -176,6 +182,8 @@ class _Exchange:
         self.settings = settings
         self.client_id = client_id
         self.peer = _peer(writer)
+        # GSSAPI names the service by the host name connected to (not the peer's address).
+        self.host = host or self.peer.rpartition(":")[0] or "localhost"
         self.correlation_id = _FIRST_CORRELATION_ID
         self.lifetime_ms = 0
 
@@ -227,7 +235,7 @@ class _Exchange:
         if code != ErrorCode.none.value:
             said = response.error_message or ErrorCode(code).name
             raise KafkaAuthenticationError(
-                f"{self.peer} refused the credentials of {self.settings.sasl_username!r} "
+                f"{self.peer} refused the credentials of {self.settings.principal!r} "
                 f"({self.settings.sasl_mechanism}): {said}",
                 error_code=code,
                 broker_message=response.error_message,
@@ -239,32 +247,83 @@ class _Exchange:
     async def run(self) -> SaslSession:
         settings = self.settings
         mechanism = settings.sasl_mechanism
+        if mechanism is None:
+            raise KafkaAuthenticationError("SASL needs sasl.mechanism")
+        await self.handshake(mechanism)
+        if mechanism == "OAUTHBEARER":
+            username = await self._oauthbearer()
+        elif mechanism == "GSSAPI":
+            username = await self._gssapi()
+        else:
+            username = await self._password(mechanism)
+        return SaslSession(mechanism, username, self.lifetime_ms, time.monotonic())
+
+    async def _password(self, mechanism: str) -> str:
+        settings = self.settings
         username = settings.sasl_username
-        if mechanism is None or username is None or settings.sasl_password is None:
+        if username is None or settings.sasl_password is None:
             raise KafkaAuthenticationError(
-                "SASL needs sasl.mechanism, sasl.username and sasl.password"
+                f"SASL {mechanism} needs sasl.username and sasl.password"
             )
         password = settings.sasl_password.get_secret_value()
-        await self.handshake(mechanism)
         if mechanism == "PLAIN":
             # RFC 4616: authorization id (empty: the user itself), user, password.
             await self.token(b"\0" + username.encode() + b"\0" + password.encode())
-        else:
-            # Imported here: scramp brings asn1crypto, which only SCRAM users need.
-            from scramp import ScramClient, ScramException
+            return username
+        # Imported here: scramp brings asn1crypto, which only SCRAM users need.
+        from scramp import ScramClient, ScramException
 
+        try:
+            scram = ScramClient([mechanism], username, password)
+            server_first = await self.token(scram.get_client_first().encode())
+            scram.set_server_first(server_first.decode())
+            server_final = await self.token(scram.get_client_final().encode())
+            scram.set_server_final(server_final.decode())
+        except (ScramException, UnicodeDecodeError) as error:
+            raise KafkaAuthenticationError(
+                f"SCRAM exchange with {self.peer} failed: {error} (a broker that cannot "
+                f"prove it knows the password of {username!r} is refused)"
+            ) from None
+        return username
+
+    async def _oauthbearer(self) -> str:
+        settings = self.settings
+        try:
+            source = settings.oauth_token_source()
+            token = await asyncio.to_thread(source.token)
+        except (OAuthTokenError, KafkaSettingsError) as error:
+            raise KafkaAuthenticationError(str(error)) from None
+        extensions = parse_extensions(settings.sasl_oauthbearer_extensions)
+        challenge = await self.token(client_first_message(token.value, extensions))
+        if challenge:
+            # RFC 7628 3.2.3: the broker refused the token with a JSON error and waits for a
+            # lone 0x01 before failing the exchange.
+            refusal = refusal_text(challenge)
             try:
-                scram = ScramClient([mechanism], username, password)
-                server_first = await self.token(scram.get_client_first().encode())
-                scram.set_server_first(server_first.decode())
-                server_final = await self.token(scram.get_client_final().encode())
-                scram.set_server_final(server_final.decode())
-            except (ScramException, UnicodeDecodeError) as error:
+                await self.token(b"\x01")
+            except KafkaAuthenticationError as error:
                 raise KafkaAuthenticationError(
-                    f"SCRAM exchange with {self.peer} failed: {error} (a broker that cannot "
-                    f"prove it knows the password of {username!r} is refused)"
+                    f"{error} ({refusal})",
+                    error_code=error.error_code,
+                    broker_message=error.broker_message,
                 ) from None
-        return SaslSession(mechanism, username, self.lifetime_ms, time.monotonic())
+            raise KafkaAuthenticationError(
+                f"{self.peer} refused the token of client id "
+                f"{settings.sasl_oauthbearer_client_id!r}: {refusal}"
+            )
+        return token.principal or settings.sasl_oauthbearer_client_id or "?"
+
+    async def _gssapi(self) -> str:
+        host = self.host
+        try:
+            exchange = await asyncio.to_thread(GssapiExchange, self.settings, host)
+            reply: bytes | None = await asyncio.to_thread(exchange.first)
+            while reply is not None:
+                answer = await self.token(reply)
+                reply = await asyncio.to_thread(exchange.answer, answer)
+        except KerberosError as error:
+            raise KafkaAuthenticationError(str(error)) from None
+        return exchange.principal or "kerberos"
 
 
 async def _exchange(
@@ -274,8 +333,9 @@ async def _exchange(
     client_id: str | None,
     timeout: float,
     reauth: bool,
+    host: str | None,
 ) -> SaslSession:
-    exchange = _Exchange(reader, writer, settings, client_id, reauth)
+    exchange = _Exchange(reader, writer, settings, client_id, reauth, host)
     try:
         async with asyncio.timeout(timeout):
             return await exchange.run()
@@ -303,10 +363,13 @@ async def sasl_authenticate(
     *,
     client_id: str | None = None,
     timeout: float = 30.0,
+    host: str | None = None,
 ) -> SaslSession:
     """Authenticate a fresh connection with the SASL settings of ``settings`` (its TLS, if
-    any, already applied); :class:`KafkaAuthenticationError` when the broker refuses."""
-    return await _exchange(reader, writer, settings, client_id, timeout, reauth=False)
+    any, already applied); :class:`KafkaAuthenticationError` when the broker refuses. ``host``
+    is the broker's host name as connected to (GSSAPI's service name; the peer's address if
+    None)."""
+    return await _exchange(reader, writer, settings, client_id, timeout, False, host)
 
 
 async def sasl_reauthenticate(
@@ -316,11 +379,12 @@ async def sasl_reauthenticate(
     *,
     client_id: str | None = None,
     timeout: float = 30.0,
+    host: str | None = None,
 ) -> SaslSession:
     """Re-authenticate an authenticated connection before its session expires (KIP-368); the
     caller must have no request in flight on it. The same exchange as :func:`sasl_authenticate`; a
     broker that does not re-authenticate (``connections.max.reauth.ms`` 0) refuses it."""
-    return await _exchange(reader, writer, settings, client_id, timeout, reauth=True)
+    return await _exchange(reader, writer, settings, client_id, timeout, True, host)
 
 
 async def open_kafka_connection(
@@ -344,7 +408,7 @@ async def open_kafka_connection(
         return KafkaConnection(reader, writer, None)
     try:
         session = await sasl_authenticate(
-            reader, writer, settings, client_id=client_id, timeout=timeout
+            reader, writer, settings, client_id=client_id, timeout=timeout, host=host
         )
     except BaseException:
         writer.close()

@@ -25,8 +25,11 @@ def stack_group() -> None:
     "--component",
     "components",
     multiple=True,
-    type=click.Choice(["kafka", "s3", "redis", "schema-registry", "postgres", "connect"]),
-    help="Only these (default: all but postgres and connect; connect brings kafka along).",
+    type=click.Choice(
+        ["kafka", "s3", "redis", "schema-registry", "postgres", "connect", "kdc", "oidc"]
+    ),
+    help="Only these (default: all but postgres, connect, kdc and oidc; connect brings kafka "
+    "along).",
 )
 @click.option(
     "--brokers",
@@ -42,12 +45,28 @@ def stack_group() -> None:
     type=click.Choice(["plaintext", "sasl_ssl", "ssl"]),
     help="Kafka clients: no authentication, TLS with SCRAM/PLAIN users, or mutual TLS.",
 )
-def stack_up_command(components: tuple[str, ...], brokers: int, security: str) -> None:
+@click.option(
+    "--sasl-mechanism",
+    "sasl_mechanisms",
+    multiple=True,
+    type=click.Choice(["scram-sha-512", "oauthbearer", "gssapi"]),
+    help="With --security sasl_ssl: what the client files log in with (the first one given; "
+    "repeat to enable several). oauthbearer starts Keycloak (component oidc), gssapi a Kerberos "
+    "KDC (component kdc). Default: scram-sha-512.",
+)
+def stack_up_command(
+    components: tuple[str, ...], brokers: int, security: str, sasl_mechanisms: tuple[str, ...]
+) -> None:
     """Start the stack in the background under $BERGSTREAM_HOME; print its env when ready."""
     from bergstream.devstack.stack import StackError, stack_up
 
     try:
-        env = stack_up(components=set(components) or None, brokers=brokers, security=security)
+        env = stack_up(
+            components=set(components) or None,
+            brokers=brokers,
+            security=security,
+            sasl_mechanisms=sasl_mechanisms or ("scram-sha-512",),
+        )
     except StackError as error:
         raise click.ClickException(str(error)) from None
     click.echo(env.as_exports())

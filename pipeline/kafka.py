@@ -66,7 +66,9 @@ def _identity(lake: LakeConfig, options: dict[str, str]) -> str:
     client = lake.kafka_client
     protocol = options.get("security.protocol", client.security_protocol)
     if client.uses_sasl and "sasl.jaas.config" not in options:
-        return f"user '{client.sasl_username}', {client.sasl_mechanism} over {protocol}"
+        kind = {"OAUTHBEARER": "OAuth client", "GSSAPI": "Kerberos principal"}
+        who = kind.get(client.sasl_mechanism or "", "user")
+        return f"{who} '{client.principal}', {client.sasl_mechanism} over {protocol}"
     if client.ssl_certificate_location is not None and "ssl.keystore.key" not in options:
         return f"client certificate {client.ssl_certificate_location}, {protocol}"
     return f"security.protocol {protocol}"
@@ -99,7 +101,9 @@ def refused_message(
         reason = causes["SaslAuthenticationException"] or "the broker refused the credentials"
         return (
             f"authentication failed on {where}: {reason}; check lake.kafka_client's "
-            "sasl.mechanism, sasl.username and sasl.password (or its properties_file)"
+            "sasl.mechanism and its login (sasl.username and sasl.password, the "
+            "sasl.oauthbearer.* client or the sasl.kerberos.* principal and keytab, or its "
+            "properties_file)"
         )
     if "SslAuthenticationException" in causes:
         reason = causes["SslAuthenticationException"] or "the TLS handshake failed"

@@ -77,17 +77,25 @@ def _lake(config_file: Path, config: BergstreamConfig | None = None) -> Pipeline
 
 
 def _spark(lake: PipelineLake) -> SparkSession:
-    from bergstream.pipeline.session import PipelineSetupError, attach_catalog, build_session
+    from bergstream.pipeline.session import (
+        PipelineSetupError,
+        attach_catalog,
+        build_session,
+        set_system_properties,
+        with_system_properties,
+    )
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    kafka_jvm = lake.config.kafka_client.java_system_properties()
     try:
         spark = build_session(
-            lake.pipeline.spark_conf,
+            with_system_properties(lake.pipeline.spark_conf, kafka_jvm),
             lake.pipeline.spark_master,
             class_data_sharing=lake.pipeline.class_data_sharing,
         )
     except PipelineSetupError as error:
         raise click.ClickException(str(error)) from None
+    set_system_properties(spark, kafka_jvm)
     attach_catalog(spark, lake)
     return spark
 

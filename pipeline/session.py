@@ -12,7 +12,7 @@ import contextlib
 import fcntl
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from bergstream.core.api import ResolvedLake, s3_properties
@@ -133,6 +133,29 @@ def build_session(
     if archive is not None and not archive.exists and jvm is not None:
         archive.publish_when_exited(jvm)
     return spark
+
+
+def with_system_properties(conf: Mapping[str, str], props: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` with ``-Dkey=value`` for each of ``props`` in the driver's and the executors'
+    extra Java options (what a Kafka client needs besides its client properties: Kafka 4's
+    allowed OAuth URLs, Kerberos's ``java.security.krb5.conf``)."""
+    merged = dict(conf)
+    flags = " ".join(f"-D{key}={value}" for key, value in props.items())
+    if not flags:
+        return merged
+    for option in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        merged[option] = f"{merged.get(option, '').strip()} {flags}".strip()
+    return merged
+
+
+def set_system_properties(spark: SparkSession, props: Mapping[str, str]) -> None:
+    """Set ``props`` in the driver's running JVM where it has other values (a session started
+    before these settings were known; in local mode the executors share that JVM)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    for key, value in props.items():
+        if jvm.java.lang.System.getProperty(key) != value:
+            jvm.java.lang.System.setProperty(key, value)
 
 
 def _chooses_archive(conf: dict[str, str]) -> bool:

@@ -35,6 +35,7 @@ from bergstream.core.api import (
     TableMode,
     TableModeRule,
     format_boundary,
+    librdkafka_speaks,
     merge_boundaries,
     report_undecodable,
 )
@@ -57,7 +58,7 @@ from bergstream.pipeline.metrics import (
     failure_cause,
     record_source_progress,
 )
-from bergstream.pipeline.session import PipelineSetupError
+from bergstream.pipeline.session import PipelineSetupError, set_system_properties
 from bergstream.pipeline.settings import PipelineLake, cluster_warnings
 from bergstream.pipeline.state_table import StateKeeper
 from bergstream.pipeline.tables import LakeTable, open_table
@@ -180,9 +181,13 @@ def worker_fetch_settings(lake: PipelineLake, topic: str) -> FetchSettings | Non
     """How typed batches' workers read ``topic`` themselves: ``lake.kafka_client`` in
     librdkafka's names and ``lake.kafka_bootstrap``. None while the pipeline has
     ``kafka_options`` (Java client names librdkafka would not take as they are): those batches
-    are read through Spark's source."""
+    are read through Spark's source, as are they when librdkafka lacks the SASL mechanism
+    (confluent-kafka's wheels have no GSSAPI)."""
     settings = lake.pipeline
     if settings.kafka_options:
+        return None
+    mechanism = lake.config.kafka_client.sasl_mechanism
+    if mechanism is not None and not librdkafka_speaks(mechanism):
         return None
     client = {
         **lake.config.kafka_client.librdkafka(),
@@ -389,6 +394,9 @@ def run_pipeline(
         _require_pandas()
     for warning in cluster_warnings(lake, spark.sparkContext.master):
         report(warning)
+    # A session started before this lake's settings were known (the JVM flags its Kafka login
+    # needs are set at start by `pipeline run`).
+    set_system_properties(spark, lake.config.kafka_client.java_system_properties())
     table = open_table(spark, lake, topic, create=True)
     settings = lake.pipeline
     with topic_lock(lake.checkpoint_dir, lake.namespace, topic):

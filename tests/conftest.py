@@ -19,6 +19,7 @@ from bergstream.devstack.stack.env import StackEnv
 from bergstream.devstack.stack.ports import free_port_block
 from tests.support import (
     CDC_COMPONENTS,
+    SECURE_MECHANISMS,
     SECURE_REAUTH_MS,
     ProxyProcess,
     file_groups,
@@ -208,20 +209,29 @@ def stack_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackEnv]:
     """A second, secured Kafka for the tests of production clusters: three KRaft brokers with
     ``--security sasl_ssl`` (TLS, SCRAM-SHA-512 and PLAIN users ``admin`` and ``noaccess``, the
-    standard authorizer), sessions re-authenticated every ``SECURE_REAUTH_MS``. Started on first
-    use, once per session, stopped by PID at the end. Only Kafka: lakes use a SQLite catalog."""
+    standard authorizer), sessions re-authenticated every ``SECURE_REAUTH_MS``; the same
+    principals also log in with OAUTHBEARER (Keycloak, the ``oidc`` component) and GSSAPI (the
+    ``kdc`` component), SCRAM staying the default login (``SECURE_MECHANISMS``). Started on
+    first use, once per session, stopped by PID at the end. Lakes use a SQLite catalog."""
     from bergstream.devstack.stack import kafka_security, stack_down, stack_up
 
     home = tmp_path_factory.mktemp("bergstream-secure-home")
     original = kafka_security.server_security_properties
 
-    def with_reauth(files: kafka_security.SecurityFiles, mode: str) -> dict[str, str]:
-        return {**original(files, mode), "connections.max.reauth.ms": str(SECURE_REAUTH_MS)}
+    def with_reauth(
+        files: kafka_security.SecurityFiles, mode: str, **logins: Any
+    ) -> dict[str, str]:
+        return {
+            **original(files, mode, **logins),
+            "connections.max.reauth.ms": str(SECURE_REAUTH_MS),
+        }
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(kafka_security, "server_security_properties", with_reauth)
         try:
-            env = stack_up(home, {"kafka"}, brokers=3, security="sasl_ssl")
+            env = stack_up(
+                home, {"kafka"}, brokers=3, security="sasl_ssl", sasl_mechanisms=SECURE_MECHANISMS
+            )
         except Exception:
             stack_down(home)
             raise

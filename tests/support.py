@@ -26,6 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 #: tests/conftest.py): short, so clients that stay connected through bergstream re-authenticate
 #: during the tests.
 SECURE_REAUTH_MS = 20_000
+#: The SASL mechanisms the secured stack's principals log in with, SCRAM the default login.
+SECURE_MECHANISMS = ("scram-sha-512", "oauthbearer", "gssapi")
 
 #: What the ``cdc_stack_env`` fixture of tests/conftest.py starts: Kafka Connect with Debezium
 #: reading PostgreSQL, with the registry for Avro and S3 beside them.

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["S3_REGION", "KafkaClientSecurity", "StackEnv"]
+__all__ = ["S3_REGION", "KafkaClientSecurity", "OidcEnv", "StackEnv"]
 
 #: The region every S3 client is told to use (clients refuse or call AWS without one).
 S3_REGION = "us-east-1"
@@ -28,9 +29,13 @@ class KafkaClientSecurity:
     password: str | None = None
     certificate_location: Path | None = None
     key_location: Path | None = None
+    #: The admin's other login keys (OAUTHBEARER's client, GSSAPI's principal and keytab), by
+    #: their KafkaClientSettings names.
+    settings: Mapping[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, str]:
-        """The ``BERGSTREAM_KAFKA_*`` variables of the secured Kafka (unset fields left out)."""
+        """The ``BERGSTREAM_KAFKA_*`` variables of the secured Kafka (unset fields left out), as
+        ``KafkaClientSettings.from_env`` reads them."""
         out = {
             "BERGSTREAM_KAFKA_CONFIG": str(self.config),
             "BERGSTREAM_KAFKA_CONFIG_NOACCESS": str(self.config_noaccess),
@@ -46,7 +51,35 @@ class KafkaClientSecurity:
             "BERGSTREAM_KAFKA_SSL_KEY_LOCATION": self.key_location,
         }
         out.update({name: str(value) for name, value in optional.items() if value is not None})
+        for key, value in self.settings.items():
+            out["BERGSTREAM_KAFKA_" + key.upper().replace(".", "_")] = value
         return out
+
+
+@dataclass(frozen=True)
+class OidcEnv:
+    """The stack's OIDC provider (``oidc``, Keycloak): the realm's issuer and endpoints, and the
+    client-credentials clients ``admin`` and ``noaccess`` with their secrets."""
+
+    issuer: str
+    token_endpoint: str
+    jwks_url: str
+    client_id: str
+    client_secret: str
+    noaccess_client_id: str
+    noaccess_client_secret: str
+
+    def as_dict(self) -> dict[str, str]:
+        """The ``BERGSTREAM_OIDC_*`` variables."""
+        return {
+            "BERGSTREAM_OIDC_ISSUER": self.issuer,
+            "BERGSTREAM_OIDC_TOKEN_ENDPOINT": self.token_endpoint,
+            "BERGSTREAM_OIDC_JWKS_URL": self.jwks_url,
+            "BERGSTREAM_OIDC_CLIENT_ID": self.client_id,
+            "BERGSTREAM_OIDC_CLIENT_SECRET": self.client_secret,
+            "BERGSTREAM_OIDC_NOACCESS_CLIENT_ID": self.noaccess_client_id,
+            "BERGSTREAM_OIDC_NOACCESS_CLIENT_SECRET": self.noaccess_client_secret,
+        }
 
 
 @dataclass(frozen=True)
@@ -69,6 +102,16 @@ class StackEnv:
     postgres_url: str | None = None
     #: The Kafka Connect worker's REST API, ``http://127.0.0.1:PORT``.
     connect_url: str | None = None
+    #: The Kerberos KDC (``kdc``): the clients' ``krb5.conf`` (``KRB5_CONFIG``), the realm, and
+    #: the keytab and principal of the users ``admin`` and ``noaccess``.
+    krb5_config: Path | None = None
+    kerberos_realm: str | None = None
+    kerberos_keytab: Path | None = None
+    kerberos_principal: str | None = None
+    kerberos_noaccess_keytab: Path | None = None
+    kerberos_noaccess_principal: str | None = None
+    #: The OIDC provider (``oidc``, Keycloak) of Kafka's SASL OAUTHBEARER.
+    oidc: OidcEnv | None = None
 
     def as_dict(self) -> dict[str, str]:
         """The environment variables (``BERGSTREAM_*``) for this stack, absent components left
@@ -91,6 +134,21 @@ class StackEnv:
             out["BERGSTREAM_POSTGRES_URL"] = self.postgres_url
         if self.connect_url is not None:
             out["BERGSTREAM_CONNECT_URL"] = self.connect_url
+        kerberos = {
+            "BERGSTREAM_KRB5_CONFIG": self.krb5_config,
+            "BERGSTREAM_KERBEROS_REALM": self.kerberos_realm,
+            "BERGSTREAM_KERBEROS_KEYTAB": self.kerberos_keytab,
+            "BERGSTREAM_KERBEROS_PRINCIPAL": self.kerberos_principal,
+            "BERGSTREAM_KERBEROS_NOACCESS_KEYTAB": self.kerberos_noaccess_keytab,
+            "BERGSTREAM_KERBEROS_NOACCESS_PRINCIPAL": self.kerberos_noaccess_principal,
+        }
+        out.update({name: str(value) for name, value in kerberos.items() if value is not None})
+        if self.oidc is not None:
+            out.update(self.oidc.as_dict())
+        login = self.kafka_security.sasl_mechanism if self.kafka_security else None
+        if self.krb5_config is not None and login == "GSSAPI":
+            # What Kerberos clients read (Java's get it as java.security.krb5.conf from it).
+            out["KRB5_CONFIG"] = str(self.krb5_config)
         return out
 
     def as_exports(self) -> str:

@@ -302,6 +302,8 @@ def server_properties(
     internal_port: int | None = None,
     security: str = "plaintext",
     files: SecurityFiles | None = None,
+    oauth: kafka_security.OAuthValidation | None = None,
+    kerberos: kafka_security.KerberosService | None = None,
 ) -> str:
     """The ``server.properties`` of one node (KRaft combined broker+controller, 127.0.0.1 only).
 
@@ -357,7 +359,11 @@ def server_properties(
         "log.retention.check.interval.ms": "5000",
     }
     if files is not None and client != "PLAINTEXT":
-        props.update(kafka_security.server_security_properties(files, security))
+        props.update(
+            kafka_security.server_security_properties(
+                files, security, oauth=oauth, kerberos=kerberos
+            )
+        )
     lines = ["# Written by `bergstream stack up`; rewritten on every start."]
     lines += [f"{key}={value}" for key, value in props.items()]
     return "\n".join(lines) + "\n"
@@ -388,6 +394,8 @@ def prepare_broker(
     internal_port: int | None = None,
     security: str = "plaintext",
     files: SecurityFiles | None = None,
+    oauth: kafka_security.OAuthValidation | None = None,
+    kerberos: kafka_security.KerberosService | None = None,
 ) -> list[str]:
     """Write the config files of the broker ``name`` (node ``node_id``; its working directory
     is ``paths.component_dir(name)``), format its storage on first start (with the SCRAM users
@@ -408,6 +416,8 @@ def prepare_broker(
         internal_port=internal_port,
         security=security,
         files=files,
+        oauth=oauth,
+        kerberos=kerberos,
     )
     # Owner-only: a secured broker's file holds the PLAIN users' passwords.
     fd = os.open(props, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -460,6 +470,7 @@ def prepare_broker(
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={log_config}",
         f"-Dkafka.logs.dir={paths.logs}",
+        *kafka_security.broker_java_options(oauth, kerberos),
         "-cp",
         classpath,
         _BROKER_MAIN,

@@ -30,6 +30,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from bergstream.core.api import KafkaClientSettings
+
 from .env import KafkaClientSecurity
 
 __all__ = [
@@ -38,7 +40,12 @@ __all__ = [
     "NOACCESS_USER",
     "SECURITY_MODES",
     "USERS",
+    "KerberosService",
+    "Login",
+    "Logins",
+    "OAuthValidation",
     "SecurityFiles",
+    "broker_java_options",
     "check_mode",
     "client_listener",
     "client_properties",
@@ -48,6 +55,7 @@ __all__ = [
     "java_client_settings",
     "load_security_files",
     "scram_format_args",
+    "scram_login",
     "server_security_properties",
     "write_client_files",
 ]
@@ -99,13 +107,16 @@ class SecurityFiles:
         """A user's key, certificate and CA certificate in one PEM file (Java's PEM key store)."""
         return self.directory / f"{user}-keystore.pem"
 
-    def client_config(self, user: str) -> Path:
-        """The librdkafka properties file of ``user`` (``kcat -F``, confluent-kafka)."""
-        return self.directory / f"kafka-{user}.properties"
+    def client_config(self, user: str, mechanism: str | None = None) -> Path:
+        """The librdkafka properties file of ``user`` (``kcat -F``, confluent-kafka): the
+        stack's default login, or ``mechanism``'s (``oauthbearer``, ``gssapi``...)."""
+        suffix = f"-{mechanism}" if mechanism else ""
+        return self.directory / f"kafka-{user}{suffix}.properties"
 
-    def java_config(self, user: str) -> Path:
+    def java_config(self, user: str, mechanism: str | None = None) -> Path:
         """The Java client properties file of ``user`` (Kafka's tools: ``--command-config``)."""
-        return self.directory / f"kafka-{user}-java.properties"
+        suffix = f"-{mechanism}" if mechanism else ""
+        return self.directory / f"kafka-{user}{suffix}-java.properties"
 
 
 def check_mode(security: str) -> str:
@@ -297,11 +308,39 @@ def client_listener(security: str) -> str:
     return {"plaintext": "PLAINTEXT", "sasl_ssl": "SASL_SSL", "ssl": "SSL"}[check_mode(security)]
 
 
-def server_security_properties(files: SecurityFiles, security: str) -> dict[str, str]:
+@dataclass(frozen=True)
+class OAuthValidation:
+    """How brokers check OAUTHBEARER tokens (Kafka's ``OAuthBearerValidatorCallbackHandler``):
+    the identity provider's signing keys, the issuer and audience tokens must name, and the
+    claim that holds the principal's name."""
+
+    jwks_url: str
+    issuer: str
+    audience: str
+    principal_claim: str
+
+
+@dataclass(frozen=True)
+class KerberosService:
+    """The brokers' Kerberos identity: their service principal, its keytab and ``krb5.conf``."""
+
+    principal: str
+    keytab: Path
+    krb5_conf: Path
+
+
+def server_security_properties(
+    files: SecurityFiles,
+    security: str,
+    *,
+    oauth: OAuthValidation | None = None,
+    kerberos: KerberosService | None = None,
+) -> dict[str, str]:
     """The broker settings for a secured stack (``sasl_ssl`` or ``ssl``): PEM key and trust
     stores, mutual TLS on the ``INTERNAL`` and ``CONTROLLER`` listeners, SASL (SCRAM-SHA-512 and
-    PLAIN) or mutual TLS on the client listener, and the standard authorizer denying what no ACL
-    allows. Listeners themselves are set by ``kafka_broker.server_properties``."""
+    PLAIN, plus OAUTHBEARER with ``oauth`` and GSSAPI with ``kerberos``) or mutual TLS on the
+    client listener, and the standard authorizer denying what no ACL allows. Listeners
+    themselves are set by ``kafka_broker.server_properties``."""
     listener = client_listener(security).lower()
     props = {
         "ssl.keystore.type": "PEM",
@@ -329,9 +368,57 @@ def server_security_properties(files: SecurityFiles, security: str) -> dict[str,
                 ),
             }
         )
+        mechanisms = [SCRAM_MECHANISM, "PLAIN"]
+        if oauth is not None:
+            mechanisms.append("OAUTHBEARER")
+            props.update(_oauth_properties(listener, oauth))
+        if kerberos is not None:
+            mechanisms.append("GSSAPI")
+            props.update(_kerberos_properties(listener, kerberos))
+        props["sasl.enabled.mechanisms"] = ",".join(mechanisms)
     else:
         props[f"listener.name.{listener}.ssl.client.auth"] = "required"
     return props
+
+
+def _oauth_properties(listener: str, oauth: OAuthValidation) -> dict[str, str]:
+    prefix = f"listener.name.{listener}.oauthbearer"
+    return {
+        f"{prefix}.sasl.jaas.config": (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+        ),
+        f"{prefix}.sasl.server.callback.handler.class": (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+        ),
+        "sasl.oauthbearer.jwks.endpoint.url": oauth.jwks_url,
+        "sasl.oauthbearer.expected.issuer": oauth.issuer,
+        "sasl.oauthbearer.expected.audience": oauth.audience,
+        "sasl.oauthbearer.sub.claim.name": oauth.principal_claim,
+    }
+
+
+def _kerberos_properties(listener: str, kerberos: KerberosService) -> dict[str, str]:
+    keytab = str(kerberos.keytab).replace("\\", "\\\\").replace('"', '\\"')
+    return {
+        "sasl.kerberos.service.name": kerberos.principal.split("/", 1)[0],
+        f"listener.name.{listener}.gssapi.sasl.jaas.config": (
+            "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true "
+            f'storeKey=true keyTab="{keytab}" principal="{kerberos.principal}";'
+        ),
+    }
+
+
+def broker_java_options(
+    oauth: OAuthValidation | None, kerberos: KerberosService | None
+) -> list[str]:
+    """The JVM flags a broker needs for ``oauth`` (Kafka 4 fetches keys only from allowed URLs)
+    and ``kerberos`` (Java reads ``krb5.conf`` from a system property, not ``$KRB5_CONFIG``)."""
+    flags: list[str] = []
+    if oauth is not None:
+        flags.append(f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={oauth.jwks_url}")
+    if kerberos is not None:
+        flags.append(f"-Djava.security.krb5.conf={kerberos.krb5_conf}")
+    return flags
 
 
 def scram_format_args(files: SecurityFiles) -> list[str]:
@@ -346,19 +433,37 @@ def scram_format_args(files: SecurityFiles) -> list[str]:
 # Client side
 
 
-def client_properties(files: SecurityFiles, security: str, user: str, bootstrap: str) -> str:
+#: A user's login with one SASL mechanism: KafkaClientSettings keys (librdkafka's names).
+Login = Mapping[str, str]
+#: Every mechanism's logins by user, the first mechanism the stack's default.
+Logins = Mapping[str, Mapping[str, Login]]
+
+
+def scram_login(files: SecurityFiles, user: str) -> dict[str, str]:
+    """``user``'s SCRAM-SHA-512 login (the stack's default mechanism)."""
+    return {
+        "sasl.mechanism": SCRAM_MECHANISM,
+        "sasl.username": user,
+        "sasl.password": files.passwords[user],
+    }
+
+
+def client_properties(
+    files: SecurityFiles,
+    security: str,
+    user: str,
+    bootstrap: str,
+    login: Login | None = None,
+) -> str:
     """A librdkafka properties file for ``user`` (as ``kcat -F`` reads it; confluent-kafka takes
-    the same keys as a dict)."""
+    the same keys as a dict), logging in with ``login`` (SCRAM-SHA-512 if None)."""
     props = {"bootstrap.servers": bootstrap, "security.protocol": client_listener(security)}
     if security == "sasl_ssl":
-        props.update(
-            {
-                "sasl.mechanisms": SCRAM_MECHANISM,
-                "sasl.username": user,
-                "sasl.password": files.passwords[user],
-                "ssl.ca.location": str(files.ca_cert),
-            }
-        )
+        own = dict(login or scram_login(files, user))
+        # librdkafka's (and kcat's) plural spelling.
+        props["sasl.mechanisms"] = own.pop("sasl.mechanism")
+        props.update(own)
+        props["ssl.ca.location"] = str(files.ca_cert)
     else:
         props.update(
             {
@@ -370,16 +475,25 @@ def client_properties(files: SecurityFiles, security: str, user: str, bootstrap:
     return _properties_text(props, f"librdkafka client config of the user {user!r}")
 
 
-def java_client_properties(files: SecurityFiles, security: str, user: str, bootstrap: str) -> str:
+def java_client_properties(
+    files: SecurityFiles, security: str, user: str, bootstrap: str, login: Login | None = None
+) -> str:
     """A Java client properties file for ``user`` (Kafka's tools: ``--command-config``,
     ``--consumer.config``, ``--producer.config``)."""
-    props = {"bootstrap.servers": bootstrap, **java_client_settings(files, security, user)}
+    props = {"bootstrap.servers": bootstrap, **java_client_settings(files, security, user, login)}
     return _properties_text(props, f"Java client config of the user {user!r}")
 
 
-def java_client_settings(files: SecurityFiles, security: str, user: str) -> dict[str, str]:
+def java_client_settings(
+    files: SecurityFiles, security: str, user: str, login: Login | None = None
+) -> dict[str, str]:
     """The Java client settings (security protocol, trust and key stores, SASL login) with which
     ``user`` reaches a secured stack's Kafka, bootstrap servers left out."""
+    if security == "sasl_ssl" and login is not None:
+        settings = KafkaClientSettings.model_validate(
+            {"security.protocol": "SASL_SSL", "ssl.ca.location": str(files.ca_cert), **login}
+        )
+        return settings.java()
     props = {
         "security.protocol": client_listener(security),
         "ssl.truststore.type": "PEM",
@@ -403,20 +517,44 @@ def _properties_text(props: Mapping[str, str], what: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_client_files(files: SecurityFiles, security: str, bootstrap: str) -> KafkaClientSecurity:
+def write_client_files(
+    files: SecurityFiles, security: str, bootstrap: str, logins: Logins | None = None
+) -> KafkaClientSecurity:
     """Write the admin's and the no-access user's client properties files (librdkafka) and the
-    admin's Java one; return what ``stack env`` exports about them."""
+    admin's Java one, logging in with the first mechanism of ``logins`` (SCRAM-SHA-512 if None),
+    and for each mechanism of ``logins`` the same three as ``kafka-<user>-<mechanism>``; return
+    what ``stack env`` exports about them."""
+    first = next(iter(logins.values())) if logins else {}
     for user in USERS:
-        text = client_properties(files, security, user, bootstrap)
+        text = client_properties(files, security, user, bootstrap, first.get(user))
         _write_private(files.client_config(user), text.encode())
-    java = java_client_properties(files, security, ADMIN_USER, bootstrap)
+    java = java_client_properties(files, security, ADMIN_USER, bootstrap, first.get(ADMIN_USER))
     _write_private(files.java_config(ADMIN_USER), java.encode())
-    return client_security(files, security)
+    for mechanism, by_user in (logins or {}).items():
+        for user, login in by_user.items():
+            text = client_properties(files, security, user, bootstrap, login)
+            _write_private(files.client_config(user, mechanism), text.encode())
+            java = java_client_properties(files, security, user, bootstrap, login)
+            _write_private(files.java_config(user, mechanism), java.encode())
+    return client_security(files, security, first.get(ADMIN_USER))
 
 
-def client_security(files: SecurityFiles, security: str) -> KafkaClientSecurity:
-    """The admin's client settings and the config file paths (for ``StackEnv``)."""
+def client_security(
+    files: SecurityFiles, security: str, login: Login | None = None
+) -> KafkaClientSecurity:
+    """The admin's client settings and the config file paths (for ``StackEnv``); ``login`` is
+    the admin's login when it is not SCRAM-SHA-512."""
     sasl = security == "sasl_ssl"
+    if sasl and login is not None:
+        return KafkaClientSecurity(
+            protocol=client_listener(security),
+            ca_location=files.ca_cert,
+            config=files.client_config(ADMIN_USER),
+            config_noaccess=files.client_config(NOACCESS_USER),
+            java_config=files.java_config(ADMIN_USER),
+            sasl_mechanism=login["sasl.mechanism"],
+            settings={k: v for k, v in login.items() if k != "sasl.mechanism"},
+        )
     return KafkaClientSecurity(
         protocol=client_listener(security),
         ca_location=files.ca_cert,

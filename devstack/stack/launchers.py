@@ -1,6 +1,7 @@
 """One launcher per component of the local stack (Kafka, S3, Redis, the Schema Registry,
-PostgreSQL, Kafka Connect): the component's prerequisites, ports, command, readiness probe and
-address, on top of its server module (:mod:`.kafka_broker`, :mod:`.s3_server`...)."""
+PostgreSQL, Kafka Connect, a Kerberos KDC, Keycloak): the component's prerequisites, ports, command,
+readiness probe and address, on top of its server module (:mod:`.kafka_broker`,
+:mod:`.s3_server`...)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from typing import Any
 from . import (
     kafka_broker,
     kafka_connect,
+    kafka_logins,
     kafka_security,
+    kdc_server,
+    oidc_provider,
     postgres_server,
     redis_server,
     s3_server,
@@ -109,6 +113,7 @@ class _Kafka(Launcher):
         files = None
         if security != "plaintext":
             files = kafka_security.ensure_security_files(paths.home)
+        oauth, kerberos = kafka_logins.broker_logins(paths.home, state)
         ports = entry["ports"]
         t0 = time.monotonic()
         argv = kafka_broker.prepare_broker(
@@ -123,6 +128,8 @@ class _Kafka(Launcher):
             internal_port=ports.get("internal"),
             security=security,
             files=files,
+            oauth=oauth,
+            kerberos=kerberos,
         )
         entry["prepare_seconds"] = round(time.monotonic() - t0, 3)
         return argv, None
@@ -262,6 +269,79 @@ class _Postgres(Launcher):
         return postgres_server.postgres_url(entry["ports"]["postgres"])
 
 
+class _Kdc(Launcher):
+    """A Kerberos KDC (MIT ``krb5kdc``, realm ``BERGSTREAM.LOCAL``) for Kafka's SASL GSSAPI: its
+    database in the component directory, keytabs and ``krb5.conf`` in ``home/security``."""
+
+    name = "kdc"
+    port_names = ("kdc",)
+    comms = ("krb5kdc",)
+    ready_timeout = 30.0
+    stop_timeout = 10.0
+
+    def check(self) -> Prereqs:
+        tools = kdc_server.find_kdc_tools()
+        kdc_server.ticket_lifetime()  # a bad $BERGSTREAM_KDC_TICKET_LIFETIME fails up front
+        return Prereqs(tools.krb5kdc, kdc_server.kdc_version(tools))
+
+    def choose_ports(
+        self, state: State, previous: dict[str, int] | None, exclude: set[int]
+    ) -> dict[str, int]:
+        return kdc_server.choose_kdc_ports(previous, exclude)
+
+    def launch(
+        self, paths: StackPaths, state: State, unit: str, entry: dict[str, Any], pre: Prereqs
+    ) -> tuple[list[str], dict[str, str] | None]:
+        lifetime = kdc_server.ticket_lifetime()
+        entry["ticket_lifetime"] = lifetime
+        t0 = time.monotonic()
+        argv, env = kdc_server.kdc_command(
+            paths, kdc_server.find_kdc_tools(), entry["ports"]["kdc"], lifetime=lifetime
+        )
+        entry["prepare_seconds"] = round(time.monotonic() - t0, 3)
+        return argv, env
+
+    def probe(self, state: State, entry: dict[str, Any]) -> tuple[bool, str]:
+        ok = kdc_server.probe_kdc(Path(state.home), entry["ports"]["kdc"])
+        return ok, "" if ok else "kinit with admin's keytab got no ticket"
+
+    def address(self, entry: dict[str, Any]) -> str:
+        return f"127.0.0.1:{entry['ports']['kdc']}"
+
+
+class _Oidc(Launcher):
+    """Keycloak, the OIDC provider of Kafka's SASL OAUTHBEARER (realm ``bergstream``, clients
+    ``admin`` and ``noaccess``; see :mod:`.oidc_provider`). Its address is the issuer URL."""
+
+    name = "oidc"
+    port_names = oidc_provider.PORT_NAMES
+    comms = ("kc.sh", "java")
+    ready_timeout = 120.0
+    stop_timeout = 20.0
+
+    def check(self) -> Prereqs:
+        java, _ = oidc_provider.keycloak_java()
+        oidc_provider.token_lifespan()  # a bad $BERGSTREAM_OIDC_TOKEN_LIFESPAN fails up front
+        return Prereqs(java, oidc_provider.KEYCLOAK_VERSION)
+
+    def launch(
+        self, paths: StackPaths, state: State, unit: str, entry: dict[str, Any], pre: Prereqs
+    ) -> tuple[list[str], dict[str, str] | None]:
+        java, major = oidc_provider.keycloak_java()
+        entry["token_lifespan"] = lifespan = oidc_provider.token_lifespan()
+        t0 = time.monotonic()
+        argv, env = oidc_provider.keycloak_command(paths, java, major, entry["ports"], lifespan)
+        entry["prepare_seconds"] = round(time.monotonic() - t0, 3)
+        return argv, env
+
+    def probe(self, state: State, entry: dict[str, Any]) -> tuple[bool, str]:
+        ok = oidc_provider.probe_oidc(entry["ports"]["http"])
+        return ok, "" if ok else "GET <issuer>/.well-known/openid-configuration did not answer 200"
+
+    def address(self, entry: dict[str, Any]) -> str:
+        return oidc_provider.issuer_url(entry["ports"]["http"])
+
+
 class _Connect(Launcher):
     """A Kafka Connect worker (distributed) on the stack's Kafka, with Debezium's connector."""
 
@@ -306,7 +386,17 @@ class _Connect(Launcher):
 
 #: The launcher of each component, by name.
 LAUNCHERS: dict[str, Launcher] = {
-    c.name: c for c in (_Kafka(), _S3(), _Redis(), _SchemaRegistry(), _Postgres(), _Connect())
+    c.name: c
+    for c in (
+        _Kafka(),
+        _S3(),
+        _Redis(),
+        _Kdc(),
+        _Oidc(),
+        _SchemaRegistry(),
+        _Postgres(),
+        _Connect(),
+    )
 }
 assert set(LAUNCHERS) == set(COMPONENTS)
 

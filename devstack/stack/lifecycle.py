@@ -7,11 +7,18 @@ starts units in stages and waits until they are ready.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import kafka_security, postgres_server, s3_server
+from . import (
+    kafka_logins,
+    kafka_security,
+    kdc_server,
+    oidc_provider,
+    postgres_server,
+    s3_server,
+)
 from .attached import stop_attached
 from .env import StackEnv
 from .launchers import LAUNCHERS, kafka_bootstrap, launcher
@@ -21,7 +28,9 @@ from .procs import find_strays, terminate
 from .startup import raise_failures, select_components, start_stage, start_stages
 from .state_file import UP_HINT, State, load_state, locked, save_state
 from .units import (
+    DEFAULT_MECHANISMS,
     is_running,
+    kafka_mechanisms,
     kafka_shape,
     kafka_units,
     known_units,
@@ -34,25 +43,57 @@ from .units import (
 __all__ = ["stack_down", "stack_env", "stack_status", "stack_up"]
 
 
+#: What ``stack up --sasl-mechanism`` accepts, and the component each one needs.
+SASL_MECHANISM_COMPONENTS: dict[str, str | None] = {
+    "scram-sha-512": None,
+    "oauthbearer": "oidc",
+    "gssapi": "kdc",
+}
+
+
+def _check_mechanisms(mechanisms: Sequence[str], security: str) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(m.lower() for m in mechanisms)) or DEFAULT_MECHANISMS
+    unknown = [m for m in chosen if m not in SASL_MECHANISM_COMPONENTS]
+    if unknown:
+        raise StackError(
+            f"unknown SASL mechanism {', '.join(unknown)}: choose from "
+            f"{', '.join(SASL_MECHANISM_COMPONENTS)}"
+        )
+    if chosen != DEFAULT_MECHANISMS and security != "sasl_ssl":
+        raise StackError(
+            f"--sasl-mechanism {', '.join(chosen)} needs --security sasl_ssl (security "
+            f"{security} does no SASL)"
+        )
+    return chosen
+
+
 def stack_up(
     home: Path | None = None,
     components: set[str] | None = None,
     *,
     brokers: int = 1,
     security: str = "plaintext",
+    sasl_mechanisms: Sequence[str] = DEFAULT_MECHANISMS,
 ) -> StackEnv:
     """Start the local stack (``components``: any of ``kafka``, ``s3``, ``redis``,
-    ``schema-registry``, ``postgres``, ``connect``; default all but ``postgres`` and
-    ``connect``) as detached background processes on free 127.0.0.1 ports and wait until each
-    is ready. ``connect`` (a Kafka Connect worker with Debezium's Postgres connector) brings
-    ``kafka`` along and starts once Kafka is ready; ``postgres`` is PostgreSQL with
-    ``wal_level=logical``.
+    ``schema-registry``, ``postgres``, ``connect``, ``kdc``; default all but ``postgres``,
+    ``connect`` and ``kdc``) as detached background processes on free 127.0.0.1 ports and wait
+    until each is ready. ``connect`` (a Kafka Connect worker with Debezium's Postgres connector)
+    brings ``kafka`` along and starts once Kafka is ready; ``postgres`` is PostgreSQL with
+    ``wal_level=logical``; ``kdc`` is a Kerberos KDC (MIT ``krb5kdc``, realm
+    ``BERGSTREAM.LOCAL``; keytabs and ``krb5.conf`` in ``home/security``, see
+    :mod:`.kdc_server`).
 
     Kafka runs ``brokers`` nodes (KRaft, each broker and controller, a static quorum of all;
     new topics get min(3, brokers) replicas). ``security``: ``plaintext`` (no authentication),
     ``sasl_ssl`` (TLS, SCRAM-SHA-512 and PLAIN users) or ``ssl`` (mutual TLS), both with the
     standard authorizer: the user ``admin`` may do anything, ``noaccess`` nothing; the CA,
     certificates, passwords and client config files are in ``home/security``.
+    ``sasl_mechanisms`` (``sasl_ssl`` only): what the client files log in with, the first one
+    for ``BERGSTREAM_KAFKA_CONFIG`` (``scram-sha-512`` by default; ``oauthbearer`` adds the
+    ``oidc`` component, Keycloak, whose clients ``admin`` and ``noaccess`` are the principals;
+    ``gssapi`` adds the ``kdc`` component, whose principals ``admin`` and ``noaccess`` log in
+    with keytabs). The brokers enable SCRAM and PLAIN always, and each mechanism asked for.
 
     Idempotent: components already running and healthy are left alone (same PIDs and ports); a
     component (or Kafka node) whose process died is started again, on its previous ports if they
@@ -68,8 +109,13 @@ def stack_up(
         kafka_security.check_mode(security)
     except ValueError as exc:
         raise StackError(str(exc)) from None
+    mechanisms = _check_mechanisms(sasl_mechanisms, security)
+    logins = [SASL_MECHANISM_COMPONENTS[m] for m in mechanisms]
+    login_components = [c for c in logins if c is not None]
     paths = StackPaths.resolve(home)
     wanted = select_components(components)
+    if "kafka" in wanted and login_components:
+        wanted = select_components({*wanted, *login_components})
     paths.ensure()
     with locked(paths):
         state = load_state(paths, create=True)
@@ -79,15 +125,22 @@ def stack_up(
         needs = [n for n in wanted if n not in running_components(paths, state)]
         prereqs = {name: LAUNCHERS[name].check() for name in needs}
         if "kafka" in wanted:
-            set_kafka_shape(paths, state, brokers, security)
+            set_kafka_shape(paths, state, brokers, security, mechanisms)
         units = units_of(state, wanted)
         to_start = [u for u in units if not is_running(paths, u, state.components.get(u))]
-        # Kafka Connect starts once Kafka is ready (not waiting for the other components).
-        stages = start_stages(units)
+        # Kafka Connect starts once Kafka is ready (not waiting for the other components);
+        # Kafka once its OIDC provider or KDC is (its brokers reach them when they start).
+        extra_needs = {"kafka": login_components}
+        stages = start_stages(units, extra_needs)
         spawned: dict[str, float] = {}
         unchecked: list[str] = []
         for index, stage in enumerate(stages):
-            needed = {n for later in stages[index + 1 :] for u in later for n in launcher(u).needs}
+            needed = {
+                n
+                for later in stages[index + 1 :]
+                for u in later
+                for n in (*launcher(u).needs, *extra_needs.get(launcher(u).name, ()))
+            }
             unchecked += stage
             # Wait for what the next stages need; the rest is waited for at the end.
             check = [u for u in unchecked if not needed or launcher(u).name in needed]
@@ -100,7 +153,10 @@ def stack_up(
         security = kafka_shape(state)[1]
         if "kafka" in running and security != "plaintext":
             files = kafka_security.ensure_security_files(paths.home)
-            kafka_security.write_client_files(files, security, kafka_bootstrap(state))
+            logins = (
+                kafka_logins.client_logins(paths.home, state) if security == "sasl_ssl" else None
+            )
+            kafka_security.write_client_files(files, security, kafka_bootstrap(state), logins)
         save_state(paths, state)
         return environment(paths, state, running)
 
@@ -147,8 +203,8 @@ def stack_down(home: Path | None = None) -> list[str]:
 
 def stack_status(home: Path | None = None) -> dict[str, dict[str, Any]]:
     """Per component (``kafka``, ``s3``, ``redis``, ``schema-registry``, ``postgres``,
-    ``connect``): ``pid`` (or None), ``running``, ``address`` (or None; Postgres' without its
-    password), ``ports``, ``version``, ``log`` and timings of the last start
+    ``connect``, ``kdc``): ``pid`` (or None), ``running``, ``address`` (or None; Postgres'
+    without its password), ``ports``, ``version``, ``log`` and timings of the last start
     (``ready_seconds``: spawn to ready). Kafka's entry describes its first node and adds
     ``brokers``, ``security`` and ``nodes`` (the same fields per node, with ``node_id``); it is
     ``running`` when every node runs, and its ``address`` lists every node."""
@@ -220,12 +276,19 @@ def environment(paths: StackPaths, state: State, names: Collection[str]) -> Stac
     client_security = None
     if kafka and security != "plaintext":
         files = kafka_security.load_security_files(paths.home)
-        client_security = kafka_security.client_security(files, security)
+        login = None
+        if security == "sasl_ssl" and kafka_mechanisms(state)[0] != DEFAULT_MECHANISMS[0]:
+            first = next(iter(kafka_logins.client_logins(paths.home, state).values()))
+            login = first[kafka_security.ADMIN_USER]
+        client_security = kafka_security.client_security(files, security, login)
     s3 = entries.get("s3") if "s3" in names else None
     redis = entries.get("redis") if "redis" in names else None
     registry = entries.get("schema-registry") if "schema-registry" in names else None
     postgres = entries.get("postgres") if "postgres" in names else None
     connect = entries.get("connect") if "connect" in names else None
+    kerberos = kdc_server.kerberos_files(paths.home) if "kdc" in names else None
+    admin, noaccess = kdc_server.ADMIN_USER, kdc_server.NOACCESS_USER
+    oidc = entries.get("oidc") if "oidc" in names else None
     return StackEnv(
         home=paths.home,
         kafka_bootstrap=kafka_bootstrap(state) if kafka else None,
@@ -241,4 +304,15 @@ def environment(paths: StackPaths, state: State, names: Collection[str]) -> Stac
             else None
         ),
         connect_url=LAUNCHERS["connect"].address(connect) if connect else None,
+        krb5_config=kerberos.krb5_conf if kerberos else None,
+        kerberos_realm=kerberos.realm if kerberos else None,
+        kerberos_keytab=kerberos.user_keytab(admin) if kerberos else None,
+        kerberos_principal=kerberos.principal(admin) if kerberos else None,
+        kerberos_noaccess_keytab=kerberos.user_keytab(noaccess) if kerberos else None,
+        kerberos_noaccess_principal=kerberos.principal(noaccess) if kerberos else None,
+        oidc=(
+            oidc_provider.oidc_environment(paths.home, LAUNCHERS["oidc"].address(oidc))
+            if oidc
+            else None
+        ),
     )

@@ -13,10 +13,20 @@ from bergstream.core.api import bergstream_cache, bergstream_home
 __all__ = ["COMPONENTS", "DEFAULT_COMPONENTS", "StackError", "StackPaths"]
 
 #: Every component the local stack knows, in start order.
-COMPONENTS: tuple[str, ...] = ("redis", "s3", "kafka", "schema-registry", "postgres", "connect")
+COMPONENTS: tuple[str, ...] = (
+    "redis",
+    "s3",
+    "kdc",
+    "oidc",
+    "kafka",
+    "schema-registry",
+    "postgres",
+    "connect",
+)
 
 #: What ``stack up`` starts when no component is named. PostgreSQL and Kafka Connect (the
-#: change-data-capture pair) start only when asked for.
+#: change-data-capture pair), the Kerberos KDC and the OIDC provider (Keycloak) start only when
+#: asked for.
 DEFAULT_COMPONENTS: tuple[str, ...] = ("redis", "s3", "kafka", "schema-registry")
 
 

@@ -6,7 +6,7 @@ a port race is started again once; the failures are stopped and reported with th
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from .launchers import LAUNCHERS, Prereqs, launcher
@@ -44,13 +44,19 @@ def select_components(components: Collection[str] | None) -> list[str]:
     return [name for name in COMPONENTS if name in wanted]
 
 
-def start_stages(units: list[str]) -> list[list[str]]:
+def start_stages(
+    units: list[str], extra_needs: Mapping[str, Collection[str]] | None = None
+) -> list[list[str]]:
     """``units`` in start stages: a unit starts once the components it needs are ready (each
-    stage after the previous one), keeping the order of ``units`` within a stage."""
+    stage after the previous one), keeping the order of ``units`` within a stage.
+    ``extra_needs`` adds needs by component (Kafka needs its OIDC provider or KDC when its
+    brokers log in with them)."""
     stages: list[list[str]] = []
     placed: dict[str, int] = {}
+    extra = extra_needs or {}
     for unit in units:
-        needs = [placed[n] for n in launcher(unit).needs if n in placed]
+        wanted = (*launcher(unit).needs, *extra.get(launcher(unit).name, ()))
+        needs = [placed[n] for n in wanted if n in placed]
         stage = max(needs, default=-1) + 1
         placed[launcher(unit).name] = max(placed.get(launcher(unit).name, 0), stage)
         while len(stages) <= stage:

@@ -14,10 +14,12 @@ from .procs import owned
 from .state_file import State
 
 __all__ = [
+    "DEFAULT_MECHANISMS",
     "DOWN_HINT",
     "EXTRA_BROKER",
     "is_kafka_unit",
     "is_running",
+    "kafka_mechanisms",
     "kafka_shape",
     "kafka_units",
     "known_units",
@@ -90,12 +92,40 @@ def running_components(paths: StackPaths, state: State) -> list[str]:
     ]
 
 
-def set_kafka_shape(paths: StackPaths, state: State, brokers: int, security: str) -> None:
+#: The SASL mechanisms a ``sasl_ssl`` stack's clients log in with by default.
+DEFAULT_MECHANISMS: tuple[str, ...] = ("scram-sha-512",)
+
+
+def kafka_mechanisms(state: State) -> tuple[str, ...]:
+    """The SASL mechanisms of a ``sasl_ssl`` Kafka recorded in ``state`` (beyond SCRAM and
+    PLAIN, which it always enables): the first is what the stack's client files use."""
+    head = state.components.get("kafka", {})
+    return tuple(head.get("sasl_mechanisms", DEFAULT_MECHANISMS))
+
+
+def set_kafka_shape(
+    paths: StackPaths,
+    state: State,
+    brokers: int,
+    security: str,
+    mechanisms: tuple[str, ...] = DEFAULT_MECHANISMS,
+) -> None:
     """Record the Kafka cluster ``stack up`` was asked for. A different shape than the running
     cluster's is an error; a different one than a stopped cluster's starts Kafka over, with
-    empty storage (a KRaft quorum and its SCRAM users are fixed when the storage is formatted)."""
+    empty storage (a KRaft quorum and its SCRAM users are fixed when the storage is formatted).
+    A running cluster asked for other SASL ``mechanisms`` is an error too; a stopped one takes
+    them on its next start (they are broker settings, not storage)."""
     old = kafka_shape(state)
     if old == (brokers, security):
+        if kafka_mechanisms(state) != mechanisms:
+            alive = [u for u in known_units(paths, state) if is_kafka_unit(u)]
+            if any(is_running(paths, u, state.components.get(u)) for u in alive):
+                raise StackError(
+                    f"Kafka in {paths.home} runs with the SASL mechanisms "
+                    f"{', '.join(kafka_mechanisms(state))}, not {', '.join(mechanisms)}: "
+                    f"{DOWN_HINT}"
+                )
+            state.components.setdefault("kafka", {})["sasl_mechanisms"] = list(mechanisms)
         return
     alive = [u for u in known_units(paths, state) if is_kafka_unit(u)]
     alive = [u for u in alive if is_running(paths, u, state.components.get(u))]
@@ -113,3 +143,4 @@ def set_kafka_shape(paths: StackPaths, state: State, brokers: int, security: str
     head = state.components.setdefault("kafka", {})
     head.pop("cluster_id", None)
     head["brokers"], head["security"] = brokers, security
+    head["sasl_mechanisms"] = list(mechanisms)

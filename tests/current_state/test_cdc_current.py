@@ -13,7 +13,6 @@ import datetime as dt
 import decimal
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -46,8 +45,9 @@ from tests.kits.isk_gateway import (
     start_gateway,
     stop_gateway,
 )
-from tests.kits.ksi_stack import lake_yaml, run_pipeline_command
+from tests.kits.ksi_stack import lake_yaml, run_pipeline_once
 from tests.kits.trino import create_catalog
+from tests.kits.worker_spark import maintain_in_worker
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -408,15 +408,9 @@ def check_spark_and_trino(stage: Stage, trino: Any) -> None:
 
 
 def maintain(config: Path, topic: str) -> None:
-    done = subprocess.run(
-        [BERGSTREAM, "pipeline", "maintain", "-c", str(config), "--topic", topic],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout[done.stdout.index("{") :])
+    """``pipeline maintain`` of ``topic`` (in the test process's Spark session, as the command
+    would): its state table has no delete file left."""
+    report = maintain_in_worker(config, topic)
     assert report["state"]["deletes_after"]["delete_files"] == 0, report["state"]
 
 
@@ -426,12 +420,12 @@ def test_current_equals_the_source_table(stage: Stage, trino: Any) -> None:
     run_examples(stage, EXAMPLES)
     check_spark_and_trino(stage, trino)
     for capture in stage.captures.values():  # the lake's state tables from here on
-        assert run_pipeline_command(stage.config, capture.topic)["records"] > 0
+        assert run_pipeline_once(stage.config, capture.topic)["records"] > 0
     stage.converge(stage.duckdb)
     run_examples(stage, EXAMPLES)
     check_spark_and_trino(stage, trino)
     for capture in stage.captures.values():
-        run_pipeline_command(stage.config, capture.topic)
+        run_pipeline_once(stage.config, capture.topic)
         maintain(stage.config, capture.topic)
     stage.converge(stage.duckdb)
     check_spark_and_trino(stage, trino)

@@ -114,3 +114,21 @@ def run_pipeline_in_worker(config: Path, topic: str) -> dict[str, Any] | None:
         raise RuntimeError(f"the pipeline failed: {error}\n{lines}") from error
     return result.summary()
 
+
+def maintain_in_worker(config: Path, topic: str) -> dict[str, Any]:
+    """``bergstream pipeline maintain -c config --topic topic`` in the worker's session (a lake
+    on a local master); its report."""
+    from bergstream.core.api import load_config
+    from bergstream.pipeline.maintain import maintain_table
+    from bergstream.pipeline.settings import is_local_master, pipeline_lake
+
+    lake = pipeline_lake(load_config(config, registry=_registry()))
+    assert is_local_master(lake.pipeline.spark_master), "maintain a cluster's lake as a command"
+    spark = worker_spark()
+    progress: list[str] = []
+    try:
+        with lake_catalog(spark, lake):
+            return maintain_table(spark, lake, topic, report=progress.append)
+    except Exception as error:
+        lines = "\n".join(progress[-40:])
+        raise RuntimeError(f"maintenance failed: {error}\n{lines}") from error

@@ -47,9 +47,11 @@ def _start(home: Path, security: str) -> StackEnv:
         if security == "sasl_ssl":
             original = kafka_security.server_security_properties
 
-            def with_reauth(files: kafka_security.SecurityFiles, mode: str) -> dict[str, str]:
+            def with_reauth(
+                files: kafka_security.SecurityFiles, mode: str, **logins: Any
+            ) -> dict[str, str]:
                 return {
-                    **original(files, mode),
+                    **original(files, mode, **logins),
                     "connections.max.reauth.ms": str(REAUTH_MS),
                 }
 

@@ -196,7 +196,16 @@ def test_env_of_a_stack_that_is_not_up(tmp_path: Path) -> None:
         stack_env(tmp_path / "nothing-here")
     assert stack_down(tmp_path / "nothing-here") == []
     status = stack_status(tmp_path / "nothing-here")
-    assert set(status) == {"kafka", "s3", "redis", "schema-registry", "postgres", "connect"}
+    assert set(status) == {
+        "kafka",
+        "s3",
+        "redis",
+        "schema-registry",
+        "postgres",
+        "connect",
+        "kdc",
+        "oidc",
+    }
     assert not any(entry["running"] for entry in status.values())
 
 
@@ -390,7 +399,13 @@ def test_postgres_and_connect_start_only_when_asked_for() -> None:
     from bergstream.devstack.stack.startup import select_components, start_stages
 
     assert stack.DEFAULT_COMPONENTS == ("redis", "s3", "kafka", "schema-registry")
-    assert set(stack.COMPONENTS) == {*stack.DEFAULT_COMPONENTS, "postgres", "connect"}
+    assert set(stack.COMPONENTS) == {
+        *stack.DEFAULT_COMPONENTS,
+        "postgres",
+        "connect",
+        "kdc",
+        "oidc",
+    }
     assert select_components(None) == list(stack.DEFAULT_COMPONENTS)
     # Connect needs Kafka: asking for it brings Kafka along, started (and ready) first.
     assert select_components({"postgres", "connect"}) == ["kafka", "postgres", "connect"]

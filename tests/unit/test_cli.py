@@ -124,7 +124,10 @@ def test_stack_and_quickstart_come_from_the_devstack_plugin():
         (["stack", "--help"], ["down", "env", "status", "up"]),
         (
             ["stack", "up", "--help"],
-            ["--component [kafka|s3|redis|schema-registry|postgres|connect]"],
+            [
+                "--component [kafka|s3|redis|schema-registry|postgres|connect|kdc|oidc]",
+                "--sasl-mechanism [scram-sha-512|oauthbearer|gssapi]",
+            ],
         ),
         (["quickstart", "--help"], ["--records", "--cold-fraction", "--proxy-port"]),
     ):
@@ -154,6 +157,8 @@ def test_stack_commands_on_a_home_without_a_stack(tmp_path):
         "schema-registry": False,
         "postgres": False,
         "connect": False,
+        "kdc": False,
+        "oidc": False,
     }
     missing = bergstream("stack", "env")
     assert missing.returncode == 1

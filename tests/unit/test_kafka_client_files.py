@@ -131,23 +131,84 @@ def test_keys_bergstream_sets_itself_are_refused_with_the_reason(
     assert "line 2" in str(caught.value) and "remove it from the file" in str(caught.value)
 
 
-def test_mechanisms_bergstream_does_not_speak_yet_are_named(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="OAuthBearerLoginModule, whose mechanism") as caught:
-        settings(
-            tmp_path,
-            """\
-            security.protocol=SASL_SSL
-            sasl.mechanism=PLAIN
-            sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule \\
-              required clientId="app" clientSecret="hush";
-            """,
-        )
-    assert "hush" not in str(caught.value)
+def test_a_java_oidc_login_becomes_the_oauth_client(tmp_path: Path) -> None:
+    kafka = settings(
+        tmp_path,
+        """\
+        security.protocol=SASL_SSL
+        sasl.mechanism=OAUTHBEARER
+        sasl.login.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler
+        sasl.oauthbearer.token.endpoint.url=https://idp.example/realms/k/protocol/openid-connect/token
+        sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule \\
+          required clientId="app" clientSecret="hush" scope="kafka" ext_logicalCluster="lkc-1";
+        """,
+    )
+    assert kafka.sasl_mechanism == "OAUTHBEARER"
+    assert kafka.sasl_oauthbearer_client_id == "app"
+    assert kafka.sasl_oauthbearer_scope == "kafka"
+    assert kafka.sasl_oauthbearer_extensions == "logicalCluster=lkc-1"
+    librdkafka = kafka.librdkafka()
+    assert librdkafka["sasl.oauthbearer.method"] == "oidc"
+    assert librdkafka["sasl.oauthbearer.client.secret"] == "hush"
+    java = kafka.java()
+    assert java["sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+        'clientId="app" clientSecret="hush" scope="kafka" ext_logicalCluster="lkc-1";'
+    )
+    assert "hush" not in repr(kafka) and "hush" not in str(kafka.redacted())
+
+
+def test_a_java_kerberos_login_becomes_the_principal_and_keytab(tmp_path: Path) -> None:
+    keytab = tmp_path / "app.keytab"
+    keytab.write_bytes(b"\x05\x02")
+    kafka = settings(
+        tmp_path,
+        f"""\
+        security.protocol=SASL_SSL
+        sasl.mechanism=GSSAPI
+        sasl.kerberos.service.name=kafka
+        sasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required \\
+          useKeyTab=true storeKey=true keyTab="{keytab}" principal="app@EXAMPLE.COM";
+        """,
+    )
+    assert (kafka.sasl_kerberos_principal, kafka.sasl_kerberos_keytab) == (
+        "app@EXAMPLE.COM",
+        keytab,
+    )
+    assert kafka.java()["sasl.jaas.config"] == (
+        "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true "
+        f'keyTab="{keytab}" principal="app@EXAMPLE.COM";'
+    )
+    assert kafka.librdkafka()["sasl.kerberos.keytab"] == str(keytab)
+
+
+@pytest.mark.parametrize(
+    ("lines", "words"),
+    [
+        (
+            "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+            ' required unsecuredLoginStringClaim_sub="me";',
+            "unsecured tokens",
+        ),
+        (
+            "sasl.login.callback.handler.class=software.amazon.msk.auth.iam.IAMClientCallbackHandler",
+            "is Java code bergstream's clients cannot run",
+        ),
+        (
+            "sasl.jaas.config=org.example.OtherLoginModule required x=1;",
+            "OtherLoginModule, a login module bergstream does not know",
+        ),
+        ("sasl.oauthbearer.method=default", "makes up unsecured tokens"),
+    ],
+)
+def test_logins_bergstream_cannot_do_are_named(tmp_path: Path, lines: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        settings(tmp_path, f"security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n{lines}\n")
 
 
 def test_a_secret_key_of_the_clients_is_masked(tmp_path: Path) -> None:
-    kafka = settings(tmp_path, "security.protocol=PLAINTEXT\nsasl.oauthbearer.client.secret=zz\n")
-    assert kafka.redacted()["sasl.oauthbearer.client.secret"] == "***"
+    kafka = settings(tmp_path, "security.protocol=PLAINTEXT\nmy.app.credential=zz\n")
+    assert kafka.redacted()["my.app.credential"] == "***"
     assert "zz" not in repr(kafka)
 
 
