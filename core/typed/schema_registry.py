@@ -113,6 +113,13 @@ class SchemaRegistrySettings(StrictModel):
         30.0, ge=0, description="how long the versions of a subject are cached; 0 asks every time"
     )
 
+    @field_validator("username", "password", "ca_file", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # A ${VAR:-} whose variable is unset: one file serves registries with and without
+        # credentials or a private CA.
+        return None if value == "" else value
+
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:

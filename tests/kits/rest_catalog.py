@@ -27,16 +27,29 @@ class RestError(Exception):
 
 
 class RestCatalogServer:
-    """The server; ``url`` once started."""
+    """The server; ``url`` once started. With ``token``, every request must carry
+    ``Authorization: Bearer <token>`` (401 otherwise), as a catalog behind a gateway asks; with
+    ``warehouse`` (e.g. ``s3://bucket/prefix``) and its FileIO ``properties`` (``s3.endpoint``,
+    keys), tables live there instead of under ``root``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        token: str | None = None,
+        warehouse: str | None = None,
+        properties: dict[str, str] | None = None,
+    ) -> None:
         from pyiceberg.catalog.sql import SqlCatalog
 
         root.mkdir(parents=True, exist_ok=True)
+        self.token = token
+        self.refused = 0
         self.catalog = SqlCatalog(
             "rest_backend",
             uri=f"sqlite:///{root / 'catalog.db'}",
-            warehouse=f"file://{root / 'warehouse'}",
+            warehouse=warehouse or f"file://{root / 'warehouse'}",
+            **(properties or {}),
         )
         self.lock = threading.Lock()
         self.commits = 0
@@ -177,6 +190,13 @@ class RestCatalogServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
                 try:
+                    if server.token is not None and (
+                        self.headers.get("Authorization") != f"Bearer {server.token}"
+                    ):
+                        server.refused += 1
+                        raise RestError(
+                            HTTPStatus.UNAUTHORIZED, "NotAuthorizedException", "bearer token"
+                        )
                     status, payload = server.route(self.command, parts, body)
                 except RestError as error:
                     status = error.status

@@ -457,6 +457,9 @@ def test_settings_are_checked(tmp_path: Path) -> None:
     settings = SchemaRegistrySettings(url="http://r:8081/apis/ccompat/v7/")
     assert settings.url == "http://r:8081/apis/ccompat/v7"
     assert (settings.timeout_seconds, settings.subject_refresh_seconds) == (10, 30)
+    # Empty values (a ${VAR:-} whose variable is unset) are unset.
+    blank = SchemaRegistrySettings(url="http://r:1", username="", password="", ca_file="")
+    assert (blank.username, blank.password, blank.ca_file) == (None, None, None)
 
 
 # ----------------------------------------------------------- threads, pickling and asyncio

@@ -23,6 +23,7 @@ from click.testing import CliRunner
 
 from bergstream.core import runner
 from bergstream.core.cli import cli
+from tests.unit.pki_files import make_pki
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 
@@ -34,7 +35,19 @@ DUMMY_ENV = {
     "BERGSTREAM_S3_SECRET_KEY": "secret",
     "BERGSTREAM_S3_REGION": "us-east-1",
     "BERGSTREAM_SCHEMA_REGISTRY_URL": "http://127.0.0.1:8081/apis/ccompat/v7",
+    # examples/production.yaml's (an existing setup's names)
+    "KAFKA_BOOTSTRAP_SERVERS": "broker1:9093,broker2:9093",
+    "ICEBERG_REST_URI": "https://catalog.example.com",
+    "ICEBERG_WAREHOUSE": "s3://lake/warehouse",
+    "ICEBERG_REST_TOKEN": "token",
+    "SCHEMA_REGISTRY_URL": "https://registry.example.com",
+    "ISK_ACCESS_KEY": "isk",
+    "ISK_SECRET_KEY": "isk-secret",
+    "BERGSTREAM_CHECKPOINT_DIR": "/tmp/bergstream-checkpoints",
 }
+#: Variables naming files, made by the ``env`` fixture: a client properties file, and a TLS key
+#: with its certificate in one PEM file.
+FILE_VARIABLES = ("KAFKA_CLIENT_PROPERTIES", "ISK_TLS_CERT_FILE", "ISK_TLS_KEY_FILE")
 
 _REQUIRED_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -163,8 +176,17 @@ BROKEN = [
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    """The examples' variables, with a home of this test's own."""
-    return {**DUMMY_ENV, "BERGSTREAM_HOME": str(tmp_path / "home")}
+    """The examples' variables, with a home and files of this test's own."""
+    (tmp_path / "pki").mkdir()
+    pki = make_pki(tmp_path / "pki")
+    properties = tmp_path / "client.properties"
+    properties.write_text("security.protocol=PLAINTEXT\nclient.id=bergstream\n")
+    files = {
+        "KAFKA_CLIENT_PROPERTIES": str(properties),
+        "ISK_TLS_CERT_FILE": str(pki["client.pem"]),
+        "ISK_TLS_KEY_FILE": str(pki["client.pem"]),
+    }
+    return {**DUMMY_ENV, **files, "BERGSTREAM_HOME": str(tmp_path / "home")}
 
 
 @pytest.fixture(autouse=True)
@@ -218,7 +240,8 @@ def test_every_example_variable_has_a_dummy_value() -> None:
     assert len(EXAMPLES) >= 5
     for example in EXAMPLES:
         needed = set(_REQUIRED_VARIABLE.findall(example.read_text())) - {"BERGSTREAM_HOME"}
-        assert needed <= set(DUMMY_ENV), f"{example.name} needs {needed - set(DUMMY_ENV)}"
+        known = {*DUMMY_ENV, *FILE_VARIABLES}
+        assert needed <= known, f"{example.name} needs {needed - known}"
 
 
 def test_every_variant_breaks_some_example() -> None:
