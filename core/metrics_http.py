@@ -44,6 +44,8 @@ Page = Callable[[str], tuple[str, bytes]]
 StatusSource = Callable[[str | None], Awaitable[list[StatusSection]]]
 #: Seconds a status source may take before the page shows it failed.
 STATUS_TIMEOUT = 20.0
+#: How long the readiness probes' results are reused (a scrape and a probe arriving together).
+READINESS_REUSE_SECONDS = 2.0
 
 
 class MetricsStartError(RuntimeError):
@@ -70,6 +72,8 @@ class MetricsServer:
         self.title = "bergstream"
         self._ready = False
         self._began = time.monotonic()
+        self._check_lock = threading.Lock()
+        self._checked: tuple[float, list[dict[str, Any]]] | None = None
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Exposed(self))
         self._metrics_app = make_wsgi_app(registry)
@@ -88,7 +92,9 @@ class MetricsServer:
 
     def add_checks(self, checks: Iterable[ReadinessCheck]) -> None:
         """Dependencies ``/readyz`` probes."""
-        self._checks.extend(checks)
+        with self._check_lock:
+            self._checks.extend(checks)
+            self._checked = None
 
     def add_page(self, path: str, page: Page) -> None:
         """Serve ``page`` at ``path`` (``/`` for the status page)."""
@@ -124,8 +130,15 @@ class MetricsServer:
         self._ready = ready
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """What ``/readyz`` answers: ready or not, and the JSON body naming each dependency."""
-        results = check_results(self._checks)
+        """What ``/readyz`` answers: ready or not, and the JSON body naming each dependency.
+        The probes' results are reused for :data:`READINESS_REUSE_SECONDS`: a scrape and a
+        readiness probe arriving together, or many dashboards at once, probe the dependencies
+        once (concurrent callers wait for that one run)."""
+        with self._check_lock:
+            now = time.monotonic()
+            if self._checked is None or now - self._checked[0] >= READINESS_REUSE_SECONDS:
+                self._checked = (now, check_results(self._checks))
+            results = self._checked[1]
         failing = [result["name"] for result in results if not result["ok"]]
         if not self._ready:
             failing.insert(0, "starting")

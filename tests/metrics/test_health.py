@@ -201,6 +201,18 @@ async def test_healthz_readyz_and_pages(listening: int) -> None:
         await server.stop()
 
 
+def test_a_scrape_and_a_probe_together_probe_each_dependency_once() -> None:
+    server = MetricsServer(MetricsConfig(port=0))
+    calls: list[float] = []
+    server.add_checks([ReadinessCheck("kafka", "k", calls.append)])
+    server.mark_ready()
+    assert server.readiness()[0] and server.readiness()[0]
+    assert len(calls) == 1  # the second reuses the first's results
+    server.add_checks([ReadinessCheck("catalog", "c", calls.append)])
+    assert server.readiness()[1]["checks"][1]["name"] == "catalog"  # new checks: probed anew
+    assert len(calls) == 3
+
+
 def test_run_gives_the_endpoint_each_services_checks(tmp_path: Path) -> None:
     config = parse_config(
         f"""
