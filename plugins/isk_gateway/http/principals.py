@@ -54,6 +54,12 @@ INHERITED_KAFKA_KEYS = (
     "sasl.mechanism",
     "ssl.ca.location",
     "ssl.endpoint.identification.algorithm",
+    # OAUTHBEARER's identity provider and GSSAPI's service: where to log in, not who.
+    "sasl.oauthbearer.method",
+    "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.scope",
+    "https.ca.location",
+    "sasl.kerberos.service.name",
 )
 _SASL_KEYS = ("sasl.username", "sasl.password")
 _TOKEN_PREFIX = "isk1"
@@ -113,8 +119,10 @@ class IskPrincipalConfig(StrictModel):
     password: SecretStr | None = Field(None, description="HTTP Basic password")
     kafka_client: KafkaClientSettings = Field(
         description="the principal's Kafka connection: its sasl.username and sasl.password (or "
-        "a whole kafka_client block); security.protocol, sasl.mechanism, ssl.ca.location and "
-        "ssl.endpoint.identification.algorithm default to the service's"
+        "a whole kafka_client block: its OAuth client, its Kerberos principal and keytab); "
+        "security.protocol, sasl.mechanism, ssl.ca.location, "
+        "ssl.endpoint.identification.algorithm, the OAuth token endpoint, scope and CA and the "
+        "Kerberos service name default to the service's"
     )
 
     @field_validator("name")

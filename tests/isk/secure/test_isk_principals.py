@@ -116,6 +116,37 @@ def test_sasl_credentials_inherit_how_to_reach_kafka_never_who_connects(ca: Path
     assert all(secret not in shown for secret in SECRETS)
 
 
+def test_an_oauth_client_inherits_the_services_identity_provider_never_its_client(
+    ca: Path,
+) -> None:
+    data = service_config(ca, [])
+    endpoint = "https://idp.example/realms/k/protocol/openid-connect/token"
+    data["kafka_client"] = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.client.id": "isk",
+        "sasl.oauthbearer.client.secret": SERVICE_PASSWORD,
+        "sasl.oauthbearer.token.endpoint.url": endpoint,
+        "sasl.oauthbearer.scope": "kafka",
+        "ssl.ca.location": str(ca),
+    }
+    entry = {
+        "name": "reader",
+        "client_id": "reader-client",
+        "client_secret": CLIENT_SECRET,
+        "kafka_client": {
+            "sasl.oauthbearer.client.id": "reader",
+            "sasl.oauthbearer.client.secret": READER_PASSWORD,
+        },
+    }
+    data["principals"] = [entry]
+    kafka = IskServiceConfig.model_validate(data).principals[0].kafka_client
+    assert (kafka.sasl_mechanism, kafka.sasl_oauthbearer_client_id) == ("OAUTHBEARER", "reader")
+    assert kafka.sasl_oauthbearer_token_endpoint_url == endpoint
+    assert kafka.sasl_oauthbearer_scope == "kafka"
+    assert kafka.librdkafka()["sasl.oauthbearer.client.secret"] == READER_PASSWORD
+
+
 def test_a_client_certificate_of_the_service_is_not_inherited(tmp_path: Path, ca: Path) -> None:
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
     cert.write_text("c")
