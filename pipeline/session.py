@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import socket
 import sys
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
@@ -103,6 +104,8 @@ def build_session(
     conf = session_conf(extra, master)
     if is_local_master(conf["spark.master"]):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    else:
+        _check_master_answers(conf["spark.master"])
     # Python workers on this interpreter: typed tables decode in them, with bergstream's own
     # modules (PySpark reads only the environment variable, not spark.pyspark.python). On a
     # cluster every executor starts this path, so it must exist there too (see the README).
@@ -156,6 +159,26 @@ def set_system_properties(spark: SparkSession, props: Mapping[str, str]) -> None
     for key, value in props.items():
         if jvm.java.lang.System.getProperty(key) != value:
             jvm.java.lang.System.setProperty(key, value)
+
+
+def _check_master_answers(master: str, timeout: float = 5.0) -> None:
+    """Fail at once when no standalone master of ``spark://host:port[,host:port]`` accepts a
+    TCP connection: Spark itself would try three times, 20 s apart, before giving up."""
+    if not master.startswith("spark://"):
+        return  # yarn, k8s://...: their clients know best
+    reasons = []
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return
+        except (OSError, ValueError) as error:
+            reasons.append(f"{address}: {getattr(error, 'strerror', None) or error}")
+    raise PipelineSetupError(
+        f"cannot start the Spark application on master {master}: no master answers "
+        f"({'; '.join(reasons)}); check lake.pipeline.master, that the cluster is up and that "
+        "it accepts this machine's connections"
+    )
 
 
 def _chooses_archive(conf: dict[str, str]) -> bool:
