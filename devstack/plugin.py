@@ -52,7 +52,7 @@ def stack_group() -> None:
     type=click.Choice(["scram-sha-512", "oauthbearer", "gssapi"]),
     help="With --security sasl_ssl: what the client files log in with (the first one given; "
     "repeat to enable several). oauthbearer starts Keycloak (component oidc), gssapi a Kerberos "
-    "KDC (component kdc). Default: scram-sha-512.",
+    "KDC (component kdc). Default: the running cluster's, scram-sha-512 for a new one.",
 )
 def stack_up_command(
     components: tuple[str, ...], brokers: int, security: str, sasl_mechanisms: tuple[str, ...]
@@ -65,7 +65,7 @@ def stack_up_command(
             components=set(components) or None,
             brokers=brokers,
             security=security,
-            sasl_mechanisms=sasl_mechanisms or ("scram-sha-512",),
+            sasl_mechanisms=sasl_mechanisms or None,
         )
     except StackError as error:
         raise click.ClickException(str(error)) from None

@@ -73,7 +73,7 @@ def stack_up(
     *,
     brokers: int = 1,
     security: str = "plaintext",
-    sasl_mechanisms: Sequence[str] = DEFAULT_MECHANISMS,
+    sasl_mechanisms: Sequence[str] | None = None,
 ) -> StackEnv:
     """Start the local stack (``components``: any of ``kafka``, ``s3``, ``redis``,
     ``schema-registry``, ``postgres``, ``connect``, ``kdc``; default all but ``postgres``,
@@ -90,7 +90,8 @@ def stack_up(
     standard authorizer: the user ``admin`` may do anything, ``noaccess`` nothing; the CA,
     certificates, passwords and client config files are in ``home/security``.
     ``sasl_mechanisms`` (``sasl_ssl`` only): what the client files log in with, the first one
-    for ``BERGSTREAM_KAFKA_CONFIG`` (``scram-sha-512`` by default; ``oauthbearer`` adds the
+    for ``BERGSTREAM_KAFKA_CONFIG`` (None: the running cluster's, ``scram-sha-512`` for a new
+    one; ``oauthbearer`` adds the
     ``oidc`` component, Keycloak, whose clients ``admin`` and ``noaccess`` are the principals;
     ``gssapi`` adds the ``kdc`` component, whose principals ``admin`` and ``noaccess`` log in
     with keytabs). The brokers enable SCRAM and PLAIN always, and each mechanism asked for.
@@ -109,17 +110,22 @@ def stack_up(
         kafka_security.check_mode(security)
     except ValueError as exc:
         raise StackError(str(exc)) from None
-    mechanisms = _check_mechanisms(sasl_mechanisms, security)
-    logins = [SASL_MECHANISM_COMPONENTS[m] for m in mechanisms]
-    login_components = [c for c in logins if c is not None]
+    asked = None if sasl_mechanisms is None else _check_mechanisms(sasl_mechanisms, security)
     paths = StackPaths.resolve(home)
     wanted = select_components(components)
-    if "kafka" in wanted and login_components:
-        wanted = select_components({*wanted, *login_components})
     paths.ensure()
     with locked(paths):
         state = load_state(paths, create=True)
         assert state is not None
+        mechanisms = asked
+        if mechanisms is None:
+            # Not asked: the recorded cluster's, for the same shape (a node started again).
+            same = kafka_shape(state) == (brokers, security)
+            mechanisms = kafka_mechanisms(state) if same else DEFAULT_MECHANISMS
+        logins = [SASL_MECHANISM_COMPONENTS[m] for m in mechanisms]
+        login_components = [c for c in logins if c is not None]
+        if "kafka" in wanted and login_components:
+            wanted = select_components({*wanted, *login_components})
         # Fail before starting (or wiping) anything. A component to start again or to reshape
         # has a process that does not run.
         needs = [n for n in wanted if n not in running_components(paths, state)]

@@ -45,7 +45,12 @@ from bergstream.devstack.stack.ports import free_port, port_is_open
 from bergstream.devstack.stack.procs import pid_alive
 from bergstream.devstack.stack.startup import with_whole_quorum
 from bergstream.devstack.stack.state_file import State
-from bergstream.devstack.stack.units import kafka_shape, set_kafka_shape, units_of
+from bergstream.devstack.stack.units import (
+    kafka_mechanisms,
+    kafka_shape,
+    set_kafka_shape,
+    units_of,
+)
 from tests.support import consume_values
 
 # ---------------------------------------------------------------------------------------------
@@ -385,6 +390,25 @@ def test_a_new_shape_of_a_stopped_kafka_starts_over(tmp_path: Path) -> None:
     assert "kafka-2" not in state.components and "cluster_id" not in state.components["kafka"]
     assert kafka_shape(state) == (3, "sasl_ssl")
     assert units_of(state, ["redis", "kafka"]) == ["redis", "kafka", "kafka-2", "kafka-3"]
+
+
+def test_sasl_mechanisms_are_recorded_and_kept_by_a_stopped_cluster(tmp_path: Path) -> None:
+    paths = StackPaths.resolve(tmp_path)
+    state = State(home=str(tmp_path), s3_access_key="k", s3_secret_key="s")
+    set_kafka_shape(paths, state, 3, "sasl_ssl", ("oauthbearer", "gssapi"))
+    assert kafka_mechanisms(state) == ("oauthbearer", "gssapi")
+    (tmp_path / "kafka" / "data").mkdir(parents=True)
+    # The same shape with other mechanisms: broker settings, not storage, so nothing is wiped.
+    set_kafka_shape(paths, state, 3, "sasl_ssl", ("scram-sha-512",))
+    assert kafka_mechanisms(state) == ("scram-sha-512",)
+    assert (tmp_path / "kafka" / "data").is_dir()
+
+
+def test_unknown_or_plaintext_mechanisms_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(StackError, match="unknown SASL mechanism md5"):
+        stack_up(tmp_path, {"kafka"}, security="sasl_ssl", sasl_mechanisms=("md5",))
+    with pytest.raises(StackError, match="needs --security sasl_ssl"):
+        stack_up(tmp_path, {"kafka"}, sasl_mechanisms=("oauthbearer",))
 
 
 def test_missing_java_wipes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
