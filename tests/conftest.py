@@ -20,10 +20,10 @@ from bergstream.devstack.stack.ports import free_port_block
 from tests.support import (
     CDC_COMPONENTS,
     SECURE_MECHANISMS,
-    SECURE_REAUTH_MS,
     ProxyProcess,
     file_groups,
     start_bergstream_run,
+    with_reauthentication,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -216,18 +216,9 @@ def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackEnv]
     from bergstream.devstack.stack import kafka_security, stack_down, stack_up
 
     home = tmp_path_factory.mktemp("bergstream-secure-home")
-    original = kafka_security.server_security_properties
-
-    def with_reauth(
-        files: kafka_security.SecurityFiles, mode: str, **logins: Any
-    ) -> dict[str, str]:
-        return {
-            **original(files, mode, **logins),
-            "connections.max.reauth.ms": str(SECURE_REAUTH_MS),
-        }
-
+    reauthenticating = with_reauthentication(kafka_security.server_security_properties)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kafka_security, "server_security_properties", with_reauth)
+        patch.setattr(kafka_security, "server_security_properties", reauthenticating)
         try:
             env = stack_up(
                 home, {"kafka"}, brokers=3, security="sasl_ssl", sasl_mechanisms=SECURE_MECHANISMS

@@ -265,3 +265,15 @@ def file_groups(uses: Iterable[tuple[str, str]]) -> dict[str, str]:
         merged = [m for m in merged if not m & groups] + [union]
     names = {group: "+".join(sorted(m)) for m in merged for group in m}
     return {file: names[next(iter(groups))] for file, groups in used.items()}
+
+
+def with_reauthentication(
+    original: Callable[..., dict[str, str]], reauth_ms: int = SECURE_REAUTH_MS
+) -> Callable[..., dict[str, str]]:
+    """``kafka_security.server_security_properties`` with brokers that re-authenticate sessions
+    every ``reauth_ms`` (KIP-368), for tests to monkeypatch in before ``stack_up``."""
+
+    def properties(files: Any, mode: str, **logins: Any) -> dict[str, str]:
+        return {**original(files, mode, **logins), "connections.max.reauth.ms": str(reauth_ms)}
+
+    return properties

@@ -32,10 +32,10 @@ from bergstream.devstack.stack.procs import pid_alive
 from tests.kits.ksi_stack import pipeline_once
 from tests.support import (
     BERGSTREAM,
-    SECURE_REAUTH_MS,
     ProxyProcess,
     secure_lake_yaml,
     start_bergstream_run,
+    with_reauthentication,
     write_proxy_config,
 )
 
@@ -106,13 +106,9 @@ def wait_whole(stack: StackEnv, topic: str, timeout: float = 180) -> float:
 def restart_kafka(stack: StackEnv) -> StackEnv:
     """``stack_up`` again: the dead node starts on its previous ports, with the same broker
     settings as the session fixture's (its short re-authentication interval)."""
-    original = kafka_security.server_security_properties
-
-    def with_reauth(files: kafka_security.SecurityFiles, mode: str) -> dict[str, str]:
-        return {**original(files, mode), "connections.max.reauth.ms": str(SECURE_REAUTH_MS)}
-
+    reauthenticating = with_reauthentication(kafka_security.server_security_properties)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kafka_security, "server_security_properties", with_reauth)
+        patch.setattr(kafka_security, "server_security_properties", reauthenticating)
         return stack_up(stack.home, {"kafka"}, brokers=3, security="sasl_ssl")
 
 
