@@ -545,22 +545,21 @@ def client_security(
     """The admin's client settings and the config file paths (for ``StackEnv``); ``login`` is
     the admin's login when it is not SCRAM-SHA-512."""
     sasl = security == "sasl_ssl"
+    where = {
+        "protocol": client_listener(security),
+        "ca_location": files.ca_cert,
+        "config": files.client_config(ADMIN_USER),
+        "config_noaccess": files.client_config(NOACCESS_USER),
+        "java_config": files.java_config(ADMIN_USER),
+    }
     if sasl and login is not None:
         return KafkaClientSecurity(
-            protocol=client_listener(security),
-            ca_location=files.ca_cert,
-            config=files.client_config(ADMIN_USER),
-            config_noaccess=files.client_config(NOACCESS_USER),
-            java_config=files.java_config(ADMIN_USER),
+            **where,
             sasl_mechanism=login["sasl.mechanism"],
             settings={k: v for k, v in login.items() if k != "sasl.mechanism"},
         )
     return KafkaClientSecurity(
-        protocol=client_listener(security),
-        ca_location=files.ca_cert,
-        config=files.client_config(ADMIN_USER),
-        config_noaccess=files.client_config(NOACCESS_USER),
-        java_config=files.java_config(ADMIN_USER),
+        **where,
         sasl_mechanism=SCRAM_MECHANISM if sasl else None,
         username=ADMIN_USER if sasl else None,
         password=files.passwords[ADMIN_USER] if sasl else None,

@@ -12,7 +12,6 @@ by ``stack up --sasl-mechanism``), exactly as a user switches clusters. The admi
 from __future__ import annotations
 
 import asyncio
-import datetime
 import os
 import subprocess
 import uuid
@@ -37,9 +36,9 @@ from bergstream.core.api import (
 )
 from bergstream.core.kafka_client import read_properties_file
 from bergstream.core.oauth_tokens import OAuthTokenError, OidcTokenSource
-from bergstream.core.proxy.codec import build, build_request, field_entity_type, request_schema
+from bergstream.core.proxy.codec import build_request
 from bergstream.devstack.stack.ports import free_port_block, free_ports
-from tests.kits.ksi_stack import run_pipeline_once
+from tests.kits.ksi_stack import fetch_partition, run_pipeline_once
 from tests.support import (
     BERGSTREAM,
     ProxyProcess,
@@ -291,41 +290,9 @@ async def fetch_through_proxy(world: World, user: str, offset: int) -> tuple[int
     host, port = await partition_leader(world)
     connection = await open_kafka_connection(host, port, settings)
     try:
-        schema = request_schema(ApiKey.FETCH, 12)
-        topic_type = field_entity_type(schema, "topics")
-        partition_type = field_entity_type(topic_type, "partitions")
-        request = build(
-            schema,
-            replica_id=-1,
-            max_wait=datetime.timedelta(milliseconds=100),
-            min_bytes=1,
-            max_bytes=1 << 20,
-            session_epoch=-1,
-            topics=(
-                build(
-                    topic_type,
-                    topic=world.topic,
-                    partitions=(
-                        build(
-                            partition_type,
-                            partition=0,
-                            fetch_offset=offset,
-                            current_leader_epoch=-1,
-                            last_fetched_epoch=-1,
-                            log_start_offset=-1,
-                            partition_max_bytes=1 << 20,
-                        ),
-                    ),
-                ),
-            ),
-        )
-        response = await kafka_request(
-            connection.reader, connection.writer, request, correlation_id=7, client_id="t"
-        )
+        return await fetch_partition(connection, world.topic, 0, offset)
     finally:
         await connection.close()
-    (part,) = response.responses[0].partitions
-    return int(part.error_code), len(part.records or b"")
 
 
 def test_ksi_serves_cold_offsets_to_the_admin_and_the_broker_refuses_noaccess(

@@ -220,3 +220,41 @@ def seen_from_aiokafka(message: Any) -> Seen:
         message.value,
         tuple(message.headers),
     )
+
+
+async def fetch_partition(
+    connection: Any, topic: str, partition: int, offset: int
+) -> tuple[int, int]:
+    """One Fetch v12 of ``topic``/``partition`` at ``offset`` on an open (authenticated)
+    connection, as a consumer sends it: (the partition's error code, bytes of records)."""
+    import datetime
+
+    from bergstream.core.api import ApiKey, kafka_request
+    from bergstream.core.proxy.codec import build, field_entity_type, request_schema
+
+    schema = request_schema(ApiKey.FETCH, 12)
+    topic_type = field_entity_type(schema, "topics")
+    partition_type = field_entity_type(topic_type, "partitions")
+    wanted = build(
+        partition_type,
+        partition=partition,
+        fetch_offset=offset,
+        current_leader_epoch=-1,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=1 << 20,
+    )
+    request = build(
+        schema,
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=100),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        session_epoch=-1,
+        topics=(build(topic_type, topic=topic, partitions=(wanted,)),),
+    )
+    response = await kafka_request(
+        connection.reader, connection.writer, request, correlation_id=7, client_id="t"
+    )
+    (part,) = response.responses[0].partitions
+    return int(part.error_code), len(part.records or b"")

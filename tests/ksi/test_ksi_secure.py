@@ -7,7 +7,6 @@ ones, and nothing else goes down."""
 from __future__ import annotations
 
 import asyncio
-import datetime
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,9 +18,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
-from bergstream.core.api import ApiKey, KafkaClientSettings, kafka_request, open_kafka_connection
-from bergstream.core.proxy.codec import build, field_entity_type, request_schema
-from tests.kits.ksi_stack import Seen, make_records, run_pipeline_once, seen_from_confluent
+from bergstream.core.api import KafkaClientSettings, open_kafka_connection
+from tests.kits.ksi_stack import (
+    Seen,
+    fetch_partition,
+    make_records,
+    run_pipeline_once,
+    seen_from_confluent,
+)
 from tests.support import (
     ProxyProcess,
     secure_lake_yaml,
@@ -185,41 +189,9 @@ async def _fetch_error(world: World, user: str, offset: int, partition: int = 0)
     broker = metadata.brokers[leader]
     connection = await open_kafka_connection(broker.host, broker.port, settings)
     try:
-        schema = request_schema(ApiKey.FETCH, 12)
-        topic_type = field_entity_type(schema, "topics")
-        partition_type = field_entity_type(topic_type, "partitions")
-        request = build(
-            schema,
-            replica_id=-1,
-            max_wait=datetime.timedelta(milliseconds=100),
-            min_bytes=1,
-            max_bytes=1 << 20,
-            session_epoch=-1,
-            topics=(
-                build(
-                    topic_type,
-                    topic=world.topic,
-                    partitions=(
-                        build(
-                            partition_type,
-                            partition=partition,
-                            fetch_offset=offset,
-                            current_leader_epoch=-1,
-                            last_fetched_epoch=-1,
-                            log_start_offset=-1,
-                            partition_max_bytes=1 << 20,
-                        ),
-                    ),
-                ),
-            ),
-        )
-        response = await kafka_request(
-            connection.reader, connection.writer, request, correlation_id=7, client_id="t"
-        )
+        return await fetch_partition(connection, world.topic, partition, offset)
     finally:
         await connection.close()
-    (part,) = response.responses[0].partitions
-    return int(part.error_code), len(part.records or b"")
 
 
 @pytest.mark.parametrize("offset", [0, DELETED_BELOW + 10], ids=["cold", "hot"])
