@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 from pydantic import SecretStr
@@ -367,3 +368,38 @@ def test_tokens_are_fetched_once_and_again_after_most_of_their_lifetime(
         wrong.token()
     assert "HTTP 401" in str(error.value) and "client id 'admin'" in str(error.value)
     assert WRONG not in str(error.value)
+
+
+def test_the_stacks_librdkafka_files_work_with_confluent_kafka_and_kcat(world: World) -> None:
+    """``BERGSTREAM_KAFKA_CONFIG`` of a ``--sasl-mechanism`` stack, as ``stack env`` exports it:
+    confluent-kafka takes the OAUTHBEARER file's keys as they are (its wheels have no GSSAPI:
+    the error says so), Debian's kcat (``-F``; its librdkafka 2.0.2 has Cyrus SASL) the GSSAPI
+    one (measured: it is built without OIDC, "OAuth/OIDC depends on libcurl")."""
+    admin_file = login_file(world.env, "admin", world.mechanism)
+    own = read_properties_file(Path(admin_file))
+    if world.mechanism == "oauthbearer":
+        listed = AdminClient(own).list_topics(timeout=30).topics
+        assert world.topic in listed
+        hidden = AdminClient(
+            read_properties_file(Path(login_file(world.env, "noaccess", "oauthbearer")))
+        )
+        assert world.topic not in hidden.list_topics(timeout=30).topics
+        return
+    with pytest.raises(KafkaException, match="GSSAPI"):
+        AdminClient(own)
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        pytest.skip("kcat is not installed (scripts/setup installs it)")
+    done = subprocess.run(
+        [kcat, "-F", admin_file, "-L", "-t", world.topic],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        # kcat's librdkafka runs kinit with the keytab into the default ticket cache: a private one.
+        env={
+            **os.environ,
+            "KRB5_CONFIG": world.env["KRB5_CONFIG"],
+            "KRB5CCNAME": f"FILE:{world.home / 'kcat.ccache'}",
+        },
+    )
+    assert done.returncode == 0 and f'topic "{world.topic}"' in done.stdout, done.stderr
