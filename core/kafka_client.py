@@ -24,6 +24,7 @@ import re
 import ssl
 import urllib.parse
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -101,16 +102,46 @@ _OIDC_HANDLERS = (
 )
 #: Java's name of the URLs a Kafka 4 client may fetch tokens from (a JVM system property).
 OAUTH_ALLOWED_URLS = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
-_OAUTH_KEYS = (
-    "sasl.oauthbearer.method",
-    "sasl.oauthbearer.client.id",
-    "sasl.oauthbearer.client.secret",
-    "sasl.oauthbearer.token.endpoint.url",
-    "sasl.oauthbearer.scope",
-    "sasl.oauthbearer.extensions",
-    "https.ca.location",
-)
-_KERBEROS_KEYS = ("sasl.kerberos.principal", "sasl.kerberos.keytab")
+
+
+@dataclass(frozen=True)
+class _Login:
+    """A kind of SASL login: its keys, those it cannot do without, and how messages name it."""
+
+    keys: tuple[str, ...]
+    needed: tuple[str, ...]
+    how: str
+
+
+#: The logins by mechanism (``password`` for PLAIN and SCRAM-SHA-256/512).
+_LOGINS = {
+    "password": _Login(
+        ("sasl.username", "sasl.password"),
+        ("sasl.username", "sasl.password"),
+        "sasl.username and sasl.password",
+    ),
+    "OAUTHBEARER": _Login(
+        (
+            "sasl.oauthbearer.method",
+            "sasl.oauthbearer.client.id",
+            "sasl.oauthbearer.client.secret",
+            "sasl.oauthbearer.token.endpoint.url",
+            "sasl.oauthbearer.scope",
+            "sasl.oauthbearer.extensions",
+        ),
+        (
+            "sasl.oauthbearer.client.id",
+            "sasl.oauthbearer.client.secret",
+            "sasl.oauthbearer.token.endpoint.url",
+        ),
+        "an OAuth client (sasl.oauthbearer.*)",
+    ),
+    "GSSAPI": _Login(
+        ("sasl.kerberos.service.name", "sasl.kerberos.principal", "sasl.kerberos.keytab"),
+        (),
+        "Kerberos (sasl.kerberos.*)",
+    ),
+}
 
 
 class KafkaSettingsError(ValueError):
@@ -597,8 +628,8 @@ class KafkaClientSettings(StrictModel):
 
     def _sasl_keys_given(self) -> list[str]:
         """The SASL keys that are set, by their key names."""
-        names = ("sasl.mechanism", "sasl.username", "sasl.password", *_OAUTH_KEYS)
-        names += ("sasl.kerberos.service.name", *_KERBEROS_KEYS)
+        names = ["sasl.mechanism", *(k for login in _LOGINS.values() for k in login.keys)]
+        names.append("https.ca.location")
         fields = {info.alias: name for name, info in type(self).model_fields.items()}
         return [key for key in names if getattr(self, fields[key]) is not None]
 
@@ -611,39 +642,20 @@ class KafkaClientSettings(StrictModel):
                 f"{', '.join(SASL_MECHANISMS)}), or choose security.protocol "
                 f"{'SSL' if tls else 'PLAINTEXT'} for a listener without SASL"
             )
-        if mechanism in PASSWORD_MECHANISMS:
-            needed: tuple[str, ...] = ("sasl.username", "sasl.password")
-            how = "sasl.username and sasl.password"
-        elif mechanism == "OAUTHBEARER":
-            needed = (
-                "sasl.oauthbearer.client.id",
-                "sasl.oauthbearer.client.secret",
-                "sasl.oauthbearer.token.endpoint.url",
-            )
-            how = "an OAuth client (sasl.oauthbearer.*)"
-        else:
-            needed = ()
-            how = "Kerberos (sasl.kerberos.*)"
-        missing = [key for key in needed if key not in given]
+        login = _LOGINS["password" if mechanism in PASSWORD_MECHANISMS else mechanism]
+        missing = [key for key in login.needed if key not in given]
         if missing:
             raise ValueError(
                 f"sasl.mechanism {mechanism} needs {', '.join(missing)}: set "
                 f"{'it' if len(missing) == 1 else 'them'}"
             )
-        own = {"sasl.mechanism", *needed}
-        if mechanism in PASSWORD_MECHANISMS:
-            foreign = [k for k in given if k not in own]
-        elif mechanism == "OAUTHBEARER":
-            foreign = [k for k in given if k not in own and k not in _OAUTH_KEYS]
-        else:
-            own |= {"sasl.kerberos.service.name", *_KERBEROS_KEYS, "https.ca.location"}
-            foreign = [k for k in given if k not in own]
-        foreign = [k for k in foreign if k != "https.ca.location"]
+        # https.ca.location is librdkafka's for any HTTPS it does: never out of place.
+        foreign = sorted(given - {"sasl.mechanism", "https.ca.location", *login.keys})
         if foreign:
             raise ValueError(
-                f"{', '.join(sorted(foreign))} set but sasl.mechanism {mechanism} logs in with "
-                f"{how}: leave {'it' if len(foreign) == 1 else 'them'} empty, or choose the "
-                "mechanism they belong to"
+                f"{', '.join(foreign)} set but sasl.mechanism {mechanism} logs in with "
+                f"{login.how}: leave {'it' if len(foreign) == 1 else 'them'} empty, or choose "
+                "the mechanism they belong to"
             )
         if mechanism == "GSSAPI" and self.sasl_kerberos_keytab and not self.sasl_kerberos_principal:
             raise ValueError(
@@ -761,7 +773,9 @@ class KafkaClientSettings(StrictModel):
     def _oauth_values(self) -> dict[str, str]:
         """The OAUTHBEARER keys that are set, by name (secret included)."""
         out: dict[str, str] = {}
-        for key in _OAUTH_KEYS[1:]:
+        for key in (*_LOGINS["OAUTHBEARER"].keys, "https.ca.location"):
+            if key == "sasl.oauthbearer.method":
+                continue  # always oidc: the caller writes it
             name = key.replace(".", "_")
             value = getattr(self, name)
             if value is None:

@@ -147,7 +147,7 @@ def prepare_process_credentials(settings: KafkaClientSettings) -> None:
     ``MEMORY:`` ``KRB5CCNAME``. Without a keytab nothing changes (the ticket cache is used). A
     process already pointed at another keytab is a :class:`KerberosError`: one process of
     aiokafka clients logs in as one principal."""
-    gssapi_module()
+    gssapi = gssapi_module()
     keytab = settings.sasl_kerberos_keytab
     if keytab is None:
         return
@@ -163,7 +163,6 @@ def prepare_process_credentials(settings: KafkaClientSettings) -> None:
             os.environ["KRB5CCNAME"] = f"MEMORY:bergstream-{os.getpid()}"
             _process_keytab.append(str(keytab))
     # Acquire once for the named principal, so the default cache holds its ticket.
-    gssapi = gssapi_module()
     principal = settings.sasl_kerberos_principal
     if principal is not None:
         try:

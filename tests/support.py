@@ -277,3 +277,14 @@ def with_reauthentication(
         return {**original(files, mode, **logins), "connections.max.reauth.ms": str(reauth_ms)}
 
     return properties
+
+
+def admin_librdkafka(env: dict[str, str]) -> dict[str, str]:
+    """confluent-kafka settings of a stack's admin: ``BERGSTREAM_KAFKA_CONFIG`` (its properties
+    file) and ``BERGSTREAM_KAFKA_BOOTSTRAP``."""
+    from bergstream.core.api import KafkaClientSettings
+
+    settings = KafkaClientSettings.model_validate(
+        {"properties_file": env["BERGSTREAM_KAFKA_CONFIG"]}
+    )
+    return {**settings.librdkafka(), "bootstrap.servers": env["BERGSTREAM_KAFKA_BOOTSTRAP"]}

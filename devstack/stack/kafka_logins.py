@@ -15,8 +15,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import kdc_server, oidc_provider
-from .kafka_security import USERS, KerberosService, Logins, OAuthValidation, scram_login
-from .kafka_security import load_security_files as _load_security_files
+from .kafka_security import (
+    USERS,
+    KerberosService,
+    Logins,
+    OAuthValidation,
+    load_security_files,
+    scram_login,
+)
 from .paths import StackError
 from .state_file import State
 from .units import kafka_mechanisms, kafka_shape
@@ -67,7 +73,6 @@ def client_logins(home: Path, state: State) -> Logins:
     """Every mechanism's login of the users ``admin`` and ``noaccess``, the stack's default
     mechanism first (KafkaClientSettings keys)."""
     logins: dict[str, dict[str, dict[str, str]]] = {}
-    security_files = _load_security_files(home)
     for mechanism in kafka_mechanisms(state):
         if mechanism == "oauthbearer":
             token_endpoint, _ = oidc_provider.oidc_endpoints(_issuer(state))
@@ -94,5 +99,6 @@ def client_logins(home: Path, state: State) -> Logins:
                 for user in USERS
             }
         else:
-            logins[mechanism] = {user: scram_login(security_files, user) for user in USERS}
+            passwords = load_security_files(home)
+            logins[mechanism] = {user: scram_login(passwords, user) for user in USERS}
     return logins

@@ -27,11 +27,16 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from bergstream.core.api import KafkaClientSettings
 from bergstream.devstack.stack.ports import free_ports
 from tests.kits.ksi_stack import run_pipeline_once
 from tests.kits.rest_catalog import RestCatalogServer
-from tests.support import BERGSTREAM, ProxyProcess, boto_s3, start_bergstream_run
+from tests.support import (
+    BERGSTREAM,
+    ProxyProcess,
+    admin_librdkafka,
+    boto_s3,
+    start_bergstream_run,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -51,12 +56,7 @@ class Production:
 
 
 def produce(env: dict[str, str], topic: str) -> list[bytes]:
-    settings = KafkaClientSettings.model_validate(
-        {"properties_file": env["BERGSTREAM_KAFKA_CONFIG"]}
-    )
-    producer = Producer(
-        {**settings.librdkafka(), "bootstrap.servers": env["BERGSTREAM_KAFKA_BOOTSTRAP"]}
-    )
+    producer = Producer(admin_librdkafka(env))
     values = [f"{topic}-{n}".encode() for n in range(RECORDS)]
     for n, value in enumerate(values):
         producer.produce(topic, value=value, partition=n % 2)

@@ -43,6 +43,7 @@ from tests.kits.ksi_stack import fetch_partition, run_pipeline_once
 from tests.support import (
     BERGSTREAM,
     ProxyProcess,
+    admin_librdkafka,
     secure_lake_yaml,
     start_bergstream_run,
     wait_until,
@@ -69,19 +70,12 @@ def login_settings(env: dict[str, str], user: str, mechanism: str) -> KafkaClien
     return KafkaClientSettings.model_validate({"properties_file": login_file(env, user, mechanism)})
 
 
-def scram_admin(env: dict[str, str]) -> dict[str, str]:
-    settings = KafkaClientSettings.model_validate(
-        {"properties_file": env["BERGSTREAM_KAFKA_CONFIG"]}
-    )
-    return {**settings.librdkafka(), "bootstrap.servers": env["BERGSTREAM_KAFKA_BOOTSTRAP"]}
-
-
 def values(topic: str) -> list[bytes]:
     return [f"{topic}-{n}".encode() for n in range(RECORDS)]
 
 
 def produce(env: dict[str, str], topic: str) -> None:
-    producer = Producer({**scram_admin(env), "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer({**admin_librdkafka(env), "enable.idempotence": True, "linger.ms": 5})
     for n, value in enumerate(values(topic)):
         producer.produce(topic, value=value, partition=n % PARTITIONS)
     assert producer.flush(60) == 0
@@ -168,7 +162,7 @@ def world(
             patch.setenv(name, value)
         summary = run_pipeline_once(pipeline_config, topic)
     assert summary["records"] == RECORDS, summary
-    admin = AdminClient(scram_admin(secure_stack_env))
+    admin = AdminClient(admin_librdkafka(secure_stack_env))
     futures = admin.delete_records(
         [TopicPartition(topic, p, DELETED_BELOW) for p in range(PARTITIONS)]
     )

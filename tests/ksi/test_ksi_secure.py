@@ -28,6 +28,7 @@ from tests.kits.ksi_stack import (
 )
 from tests.support import (
     ProxyProcess,
+    admin_librdkafka,
     secure_lake_yaml,
     start_bergstream_run,
     write_proxy_config,
@@ -70,16 +71,9 @@ class World:
         }
 
 
-def _admin_config(env: dict[str, str]) -> dict[str, str]:
-    settings = KafkaClientSettings.model_validate(
-        {"properties_file": env["BERGSTREAM_KAFKA_CONFIG"]}
-    )
-    return {**settings.librdkafka(), "bootstrap.servers": env["BERGSTREAM_KAFKA_BOOTSTRAP"]}
-
-
 def _produce(env: dict[str, str], topic: str) -> list[Seen]:
     records = make_records(RECORDS, PARTITIONS)
-    producer = Producer({**_admin_config(env), "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer({**admin_librdkafka(env), "enable.idempotence": True, "linger.ms": 5})
     offsets: list[tuple[int, int]] = []
 
     def delivered(error: Any, message: Any) -> None:
@@ -131,7 +125,7 @@ def world(
             patch.setenv(name, value)
         summary = run_pipeline_once(pipeline_config, topic)
     assert summary, summary
-    admin = AdminClient(_admin_config(secure_stack_env))
+    admin = AdminClient(admin_librdkafka(secure_stack_env))
     futures = admin.delete_records(
         [TopicPartition(topic, p, DELETED_BELOW) for p in range(PARTITIONS)]
     )
