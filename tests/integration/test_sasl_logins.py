@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -397,3 +397,20 @@ def test_the_stacks_librdkafka_files_work_with_confluent_kafka_and_kcat(world: W
         },
     )
     assert done.returncode == 0 and f'topic "{world.topic}"' in done.stdout, done.stderr
+
+
+def test_a_token_the_broker_refuses_is_an_error_with_its_words(
+    secure_stack_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token whose signature does not verify: the broker answers the RFC 7628 error challenge,
+    the client ends the exchange, and the error carries the broker's status."""
+    settings = login_settings(secure_stack_env, "admin", "oauthbearer")
+    source = settings.oauth_token_source()
+    real = source.token()
+    head, claims, signature = real.value.split(".")
+    forged = replace(real, value=f"{head}.{claims}.{signature[::-1]}")
+    monkeypatch.setattr(source, "token", lambda: forged)
+    host, port = secure_stack_env["BERGSTREAM_KAFKA_BOOTSTRAP"].split(",")[0].split(":")
+    with pytest.raises(KafkaAuthenticationError) as error:
+        asyncio.run(open_kafka_connection(host, int(port), settings, timeout=30))
+    assert "status invalid_token" in str(error.value), str(error.value)

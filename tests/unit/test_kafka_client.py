@@ -537,3 +537,18 @@ def test_secrets_never_show_in_errors(tmp_path: Path) -> None:
         assert SECRET not in str(caught.value), data
         assert SECRET not in repr(caught.value.errors()), data
         assert SECRET not in repr(pydantic_problems(caught.value)), data
+
+
+@pytest.mark.parametrize("url", ["idp.example/token", "ftp://idp.example/token", "https://"])
+def test_a_token_endpoint_that_is_no_http_url_is_named(url: str) -> None:
+    where, message = one_problem(
+        {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "OAUTHBEARER",
+            "sasl.oauthbearer.client.id": "c",
+            "sasl.oauthbearer.client.secret": SECRET,
+            "sasl.oauthbearer.token.endpoint.url": url,
+        }
+    )
+    assert where == "sasl.oauthbearer.token.endpoint.url"
+    assert "is no http or https URL" in message and SECRET not in message
