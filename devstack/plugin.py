@@ -18,7 +18,7 @@ __all__ = ["quickstart_command", "register_commands", "stack_group"]
 def stack_group() -> None:
     """The local stack of real components: Kafka (KRaft), an S3 server, Redis, a Schema
     Registry and, on request, PostgreSQL, Kafka Connect (Debezium), a Kerberos KDC and an OIDC
-    provider (Keycloak)."""
+    provider (Keycloak), Apache Iceberg's REST catalog server."""
 
 
 @stack_group.command("up")
@@ -27,10 +27,13 @@ def stack_group() -> None:
     "components",
     multiple=True,
     type=click.Choice(
-        ["kafka", "s3", "redis", "schema-registry", "postgres", "connect", "kdc", "oidc"]
+        [
+            *("kafka", "s3", "redis", "schema-registry", "postgres", "connect", "kdc", "oidc"),
+            "rest-catalog",
+        ]
     ),
-    help="Only these (default: all but postgres, connect, kdc and oidc; connect brings kafka "
-    "along).",
+    help="Only these (default: all but postgres, connect, kdc, oidc and rest-catalog; connect "
+    "brings kafka along, rest-catalog s3).",
 )
 @click.option(
     "--brokers",

@@ -206,6 +206,19 @@ def stack_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
+def rest_catalog_env(
+    stack_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
+    """:func:`stack_env` with Apache Iceberg's REST catalog server (the ``rest-catalog``
+    component, started in the same shared stack on first use): ``BERGSTREAM_REST_CATALOG_URL``
+    and ``BERGSTREAM_REST_CATALOG_WAREHOUSE`` (a bucket of the stack's S3)."""
+    from bergstream.devstack.stack import stack_up
+
+    home = shared_home(tmp_path_factory, "stack")
+    return {**stack_env, **stack_up(home=home, components={"rest-catalog"}).as_dict()}
+
+
+@pytest.fixture(scope="session")
 def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackEnv]:
     """A second, secured Kafka for the tests of production clusters: three KRaft brokers with
     ``--security sasl_ssl`` (TLS, SCRAM-SHA-512 and PLAIN users ``admin`` and ``noaccess``, the

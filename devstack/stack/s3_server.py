@@ -205,3 +205,33 @@ def remove_sockets(paths: StackPaths, ports: dict[str, int]) -> None:
 def s3_data_dir(paths: StackPaths) -> Path:
     """Where SeaweedFS keeps buckets and metadata."""
     return paths.component_dir("s3") / "data"
+
+
+def ensure_bucket(endpoint: str, access_key: str, secret_key: str, bucket: str) -> None:
+    """Create ``bucket`` on the stack's S3 at ``endpoint`` unless it exists."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        region_name=S3_REGION,
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3}),
+    )
+    try:
+        client.head_bucket(Bucket=bucket)
+        return
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket"):
+            raise StackError(f"the stack's S3 at {endpoint} refused HEAD {bucket}: {exc}") from exc
+    except BotoCoreError as exc:
+        raise StackError(f"the stack's S3 at {endpoint} did not answer: {exc}") from exc
+    try:
+        client.create_bucket(Bucket=bucket)
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code")
+        if code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            raise StackError(f"could not create bucket {bucket} on {endpoint}: {exc}") from exc

@@ -3,8 +3,9 @@ environment variables set, as README.md's "Run against your own cluster" tells a
 
 - Kafka: the three SASL_SSL brokers, logged in to with the stack's *Java* client properties file
   of the admin's OAUTHBEARER login (Keycloak's client credentials), read as it is;
-- the coldset: a REST catalog that refuses requests without its bearer token, its warehouse on
-  the stack's S3 server (SeaweedFS);
+- the coldset: Iceberg's own REST catalog server (the stack's ``rest-catalog``) behind a gateway
+  that refuses requests without its bearer token, its warehouse on the stack's S3 server
+  (SeaweedFS);
 - the Schema Registry: the stack's (Apicurio);
 - ISK over HTTPS (the brokers' certificate, signed by the stack's CA), metrics on.
 
@@ -29,12 +30,11 @@ from confluent_kafka import Producer
 
 from bergstream.devstack.stack.ports import free_ports
 from tests.kits.ksi_stack import run_pipeline_once
-from tests.kits.rest_catalog import RestCatalogServer
+from tests.kits.token_gateway import TokenGateway
 from tests.support import (
     BERGSTREAM,
     ProxyProcess,
     admin_librdkafka,
-    boto_s3,
     start_bergstream_run,
 )
 
@@ -50,7 +50,7 @@ RECORDS = 120
 class Production:
     env: dict[str, str]
     topic: str
-    rest: RestCatalogServer
+    rest: TokenGateway
     ca: Path
     home: Path
 
@@ -67,30 +67,12 @@ def produce(env: dict[str, str], topic: str) -> list[bytes]:
 @pytest.fixture(scope="module")
 def production(
     secure_stack_env: dict[str, str],
-    stack_env: dict[str, str],
+    rest_catalog_env: dict[str, str],
     new_secure_topic: Callable[..., str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Production]:
     home = tmp_path_factory.mktemp("production")
-    bucket = f"prod-{uuid.uuid4().hex[:10]}"
-    s3 = boto_s3(
-        stack_env["BERGSTREAM_S3_ENDPOINT"],
-        stack_env["BERGSTREAM_S3_ACCESS_KEY"],
-        stack_env["BERGSTREAM_S3_SECRET_KEY"],
-    )
-    s3.create_bucket(Bucket=bucket)
-    warehouse = f"s3://{bucket}/warehouse"
-    rest = RestCatalogServer(
-        home / "rest",
-        token=TOKEN,
-        warehouse=warehouse,
-        properties={
-            "s3.endpoint": stack_env["BERGSTREAM_S3_ENDPOINT"],
-            "s3.access-key-id": stack_env["BERGSTREAM_S3_ACCESS_KEY"],
-            "s3.secret-access-key": stack_env["BERGSTREAM_S3_SECRET_KEY"],
-            "s3.region": stack_env["BERGSTREAM_S3_REGION"],
-        },
-    )
+    rest = TokenGateway(rest_catalog_env["BERGSTREAM_REST_CATALOG_URL"], TOKEN)
     rest.start()
     security = Path(secure_stack_env["BERGSTREAM_HOME"]) / "security"
     catalog_port, s3_port, metrics_port = free_ports(3)
@@ -99,14 +81,14 @@ def production(
         "KAFKA_BOOTSTRAP_SERVERS": secure_stack_env["BERGSTREAM_KAFKA_BOOTSTRAP"],
         "KAFKA_CLIENT_PROPERTIES": str(security / "kafka-admin-oauthbearer-java.properties"),
         "ICEBERG_REST_URI": rest.url,
-        "ICEBERG_WAREHOUSE": warehouse,
+        "ICEBERG_WAREHOUSE": rest_catalog_env["BERGSTREAM_REST_CATALOG_WAREHOUSE"],
         "ICEBERG_REST_TOKEN": TOKEN,
-        "S3_ENDPOINT": stack_env["BERGSTREAM_S3_ENDPOINT"],
-        "AWS_ACCESS_KEY_ID": stack_env["BERGSTREAM_S3_ACCESS_KEY"],
-        "AWS_SECRET_ACCESS_KEY": stack_env["BERGSTREAM_S3_SECRET_KEY"],
-        "AWS_REGION": stack_env["BERGSTREAM_S3_REGION"],
+        "S3_ENDPOINT": rest_catalog_env["BERGSTREAM_S3_ENDPOINT"],
+        "AWS_ACCESS_KEY_ID": rest_catalog_env["BERGSTREAM_S3_ACCESS_KEY"],
+        "AWS_SECRET_ACCESS_KEY": rest_catalog_env["BERGSTREAM_S3_SECRET_KEY"],
+        "AWS_REGION": rest_catalog_env["BERGSTREAM_S3_REGION"],
         "BERGSTREAM_CHECKPOINT_DIR": str(home / "checkpoints"),
-        "SCHEMA_REGISTRY_URL": stack_env["BERGSTREAM_SCHEMA_REGISTRY_URL"],
+        "SCHEMA_REGISTRY_URL": rest_catalog_env["BERGSTREAM_SCHEMA_REGISTRY_URL"],
         "VALUE_CODEC": "raw",
         "ISK_HOST": "127.0.0.1",
         "ISK_CATALOG_PORT": str(catalog_port),

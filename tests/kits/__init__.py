@@ -17,8 +17,10 @@ The stack and its processes:
 - ``record_strategies``: hypothesis strategies of Kafka records (odd keys, values, headers,
   timestamps), the pipeline round trip's.
 - ``debezium``: Debezium connectors on the CDC stack's Kafka Connect worker.
-- ``rest_catalog``: a small Iceberg REST catalog server over PyIceberg's SQL catalog (also
-  bench/row_deletes.py's).
+- ``token_gateway``: an API gateway wanting a bearer token in front of the stack's REST catalog
+  (Iceberg's own server).
+- ``clickhouse``: chDB (ClickHouse in process) with ISK's catalog as a ``DataLakeCatalog``
+  database.
 
 ISK (the ``isk`` service):
 

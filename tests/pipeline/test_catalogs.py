@@ -1,9 +1,11 @@
 """The catalog and warehouse choices: an S3 warehouse on the stack's S3 server (through
-iceberg-aws-bundle on the JVM and PyArrow's S3 in PyIceberg) and an Iceberg REST catalog."""
+iceberg-aws-bundle on the JVM and PyArrow's S3 in PyIceberg) and Iceberg's own REST catalog
+server."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,7 +23,6 @@ from tests.kits.lake import (
     table_rows_pyiceberg,
     table_rows_spark,
 )
-from tests.kits.rest_catalog import RestCatalogServer
 
 pytestmark = pytest.mark.slow
 
@@ -71,25 +72,25 @@ def test_s3_warehouse(
     assert describe_table(lake, topic)["location"].startswith("s3://lake-test/warehouse/")
 
 
-@pytest.fixture
-def rest_catalog(tmp_path: Any) -> Iterator[RestCatalogServer]:
-    server = RestCatalogServer(tmp_path / "rest")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def test_rest_catalog(
     spark: Any,
     make_lake: Callable[..., ResolvedLake],
-    rest_catalog: RestCatalogServer,
+    rest_catalog_env: dict[str, str],
     kafka_bootstrap: str,
     create_topic: Callable[..., str],
 ) -> None:
-    lake = make_lake(catalog={"name": "lake_rest", "type": "rest", "uri": rest_catalog.url})
+    """Iceberg's own REST catalog server (the stack's ``rest-catalog``), its files on S3."""
+    lake = make_lake(
+        catalog={
+            "name": "lake_rest",
+            "type": "rest",
+            "uri": rest_catalog_env["BERGSTREAM_REST_CATALOG_URL"],
+        },
+        s3=s3_settings(rest_catalog_env),
+        namespace=f"rest_{uuid.uuid4().hex[:8]}",  # the server is shared by the run's tests
+    )
     attach_catalog(spark, lake)
     topic = create_topic(2, prefix="rest")
     _round_trip(spark, lake, kafka_bootstrap, topic)
-    assert rest_catalog.commits > 0
+    warehouse = rest_catalog_env["BERGSTREAM_REST_CATALOG_WAREHOUSE"]
+    assert describe_table(lake, topic)["location"].startswith(f"{warehouse}/{lake.namespace}/")

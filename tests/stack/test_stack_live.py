@@ -281,10 +281,11 @@ def test_schema_registry_registers_and_serves_an_avro_schema(live: LiveStack) ->
 def test_status_reports_every_component(live: LiveStack) -> None:
     status = stack_status(live.home)
     assert set(status) == {
-        *("kafka", "s3", "redis", "schema-registry", "postgres", "connect", "kdc", "oidc")
+        *("kafka", "s3", "redis", "schema-registry", "postgres", "connect", "kdc", "oidc"),
+        "rest-catalog",
     }
     for name, entry in status.items():
-        if name in ("postgres", "connect", "kdc", "oidc"):  # started only when asked for
+        if name in ("postgres", "connect", "kdc", "oidc", "rest-catalog"):  # when asked for
             assert entry["running"] is False and entry["pid"] is None
             continue
         assert entry["running"] is True

@@ -205,6 +205,7 @@ def test_env_of_a_stack_that_is_not_up(tmp_path: Path) -> None:
         "connect",
         "kdc",
         "oidc",
+        "rest-catalog",
     }
     assert not any(entry["running"] for entry in status.values())
 
@@ -391,6 +392,26 @@ def test_schema_registry_is_a_default_component(tmp_path: Path) -> None:
     assert set(stack_status(tmp_path / "none")) == set(stack.COMPONENTS)
 
 
+def test_stack_up_offers_every_component() -> None:
+    from bergstream.devstack.plugin import stack_up_command
+
+    option = next(p for p in stack_up_command.params if p.name == "components")
+    assert set(option.type.choices) == set(stack.COMPONENTS)
+
+
+def test_env_exports_the_rest_catalog(tmp_path: Path) -> None:
+    env = StackEnv(
+        home=tmp_path,
+        rest_catalog_url="http://127.0.0.1:8181",
+        rest_catalog_warehouse="s3://rest-catalog/warehouse",
+    )
+    assert env.as_dict() == {
+        "BERGSTREAM_HOME": str(tmp_path),
+        "BERGSTREAM_REST_CATALOG_URL": "http://127.0.0.1:8181",
+        "BERGSTREAM_REST_CATALOG_WAREHOUSE": "s3://rest-catalog/warehouse",
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Change data capture: PostgreSQL and Kafka Connect
 
@@ -405,8 +426,11 @@ def test_postgres_and_connect_start_only_when_asked_for() -> None:
         "connect",
         "kdc",
         "oidc",
+        "rest-catalog",
     }
     assert select_components(None) == list(stack.DEFAULT_COMPONENTS)
+    # Iceberg's REST catalog keeps its files on the stack's S3.
+    assert select_components("rest-catalog") == ["s3", "rest-catalog"]
     # Connect needs Kafka: asking for it brings Kafka along, started (and ready) first.
     assert select_components({"postgres", "connect"}) == ["kafka", "postgres", "connect"]
     assert select_components("connect") == ["kafka", "connect"]

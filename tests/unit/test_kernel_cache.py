@@ -5,6 +5,8 @@ compiled code any other way."""
 from __future__ import annotations
 
 import ast
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,25 +55,48 @@ def _package(tmp_path: Path, factor: int) -> str:
     return "kc_demo"
 
 
-def _run(tmp_path: Path, package: str) -> list[int]:
-    out = subprocess.run(
+def _run(tmp_path: Path, package: str, cache: Path | None = None) -> list[int]:
+    return [int(word) for word in _execute(tmp_path, package, cache).stdout.split()]
+
+
+def _execute(
+    where: Path, package: str, cache: Path | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    cache = cache or where / "cache"
+    environment = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    return subprocess.run(
         [sys.executable, "-c", _RUN.format(package=package)],
-        cwd=tmp_path,
+        cwd=where,
         capture_output=True,
         text=True,
         check=True,
-    ).stdout
-    return [int(word) for word in out.split()]
+        env={**environment, "BERGSTREAM_CACHE": str(cache), **env},
+    )
 
 
 def test_a_changed_dependency_recompiles_what_numba_alone_would_not(tmp_path: Path) -> None:
     package = _package(tmp_path, factor=2)
     assert _run(tmp_path, package) == [21, 21]
-    assert list((tmp_path / package / "__pycache__").glob("kernel.kernel-*.nbi"))
+    assert list((tmp_path / "cache" / "numba").glob("kc_demo.kernel-*/kernel.kernel-*.nbi"))
     _package(tmp_path, factor=3)  # only the helper changes
     kernel, plain = _run(tmp_path, package)
     assert kernel == 31  # recompiled: the stamp covers helper.py
     assert plain == 21  # numba's own cache (the reason for cached_njit) returns the old code
+
+
+def test_another_checkout_of_the_same_sources_reuses_the_compiled_kernel(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    package = _package(first, factor=2)
+    shared = tmp_path / "cache"
+    assert _run(first, package, shared) == [21, 21]
+    shutil.copytree(first / package, second / package, ignore=shutil.ignore_patterns("__py*"))
+    again = _execute(second, package, shared, NUMBA_DEBUG_CACHE="1")
+    assert again.stdout.split()[-2:] == ["21", "21"]
+    # numba's debug lines: the kernel loaded from the shared folder; nothing saved again there
+    lines = again.stdout.splitlines()
+    assert any("data loaded from" in line and str(shared) in line for line in lines), lines
+    assert not any("data saved to" in line and str(shared) in line for line in lines), lines
 
 
 def test_the_digest_follows_imports_and_the_public_api(tmp_path: Path) -> None:

@@ -273,7 +273,12 @@ def build_metadata(bucket: str, cluster: str, plan: SnapshotPlan) -> BuiltTable:
     )
     version = state_digest([s.snapshot_id for s in plan.history])[:16] if plan.history else ""
     metadata_key = MetadataKey(
-        cluster, plan.topic, plan.snapshot_id or 0, plan.namespace, version
+        cluster,
+        plan.topic,
+        plan.snapshot_id or 0,
+        plan.namespace,
+        version,
+        plan.sequence_number if plan.snapshot_id else 0,
     ).key
     files[metadata_key] = text.encode()
     return BuiltTable(

@@ -15,7 +15,10 @@ A merged table's data files live under its own prefix (DuckDB scopes vended cred
 table's location), as aliases of the same hotset and coldset files.
 - ``metadata/manifest-<digest>.avro``: a manifest, ``digest`` hashing what it lists;
 - ``metadata/snap-<snapshot_id>-<digest>.avro``: a snapshot's manifest list;
-- ``metadata/<snapshot_id>.metadata.json``: the table metadata of one snapshot.
+- ``metadata/<sequence>-<uuid>.metadata.json``: the table metadata of one snapshot, in the
+  spec's ``<version>-<uuid>`` convention that engines parse (ClickHouse reads the version as a
+  32-bit integer): the version is the snapshot's sequence number, the UUID's first 16 hex digits
+  the snapshot id, its last 16 the history digest (zeros: none).
 
 A data key is enough to rebuild its file from Kafka, a coldset file key to find it in the lake.
 Parsing is strict: anything that is not a key this module would write (leading zeros, an
@@ -102,8 +105,14 @@ _CHANGES = re.compile(
     rf"{_SEGMENT}/({CURRENT}|{REJECTED})/{_SEGMENT}/changes/(?:layout=([0-9a-f]+)/)?"
     rf"{_NUMBER}-({'|'.join(CHANGE_KINDS)})\.parquet"
 )
-_METADATA = re.compile(rf"{_PREFIX}/metadata/{_NUMBER}(?:-([0-9a-f]{{16}}))?\.metadata\.json")
+_METADATA = re.compile(
+    rf"{_PREFIX}/metadata/(0|[1-9][0-9]{{0,9}})-([0-9a-f]{{8}})-([0-9a-f]{{4}})-([0-9a-f]{{4}})-"
+    r"([0-9a-f]{4})-([0-9a-f]{12})\.metadata\.json"
+)
 _MAX_INT64 = 2**63 - 1
+#: The largest metadata version engines accept (ClickHouse parses it as a signed 32-bit int).
+_MAX_METADATA_VERSION = 2**31 - 1
+_NO_VERSION = "0" * 16
 
 
 def encode_topic(topic: str) -> str:
@@ -295,23 +304,33 @@ class ManifestListKey:
 class MetadataKey:
     """The metadata JSON of one snapshot (snapshot id 0: the table has no snapshot); ``version``
     (16 hex digits, or empty) tells apart the metadata of one current snapshot with different
-    histories (older snapshots expired)."""
+    histories (older snapshots expired); ``sequence_number`` is the snapshot's (0: none), the
+    file's version in the name."""
 
     cluster: str
     topic: str
     snapshot_id: int
     namespace: str = HOTSET
     version: str = ""
+    sequence_number: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.snapshot_id <= _MAX_INT64:
             raise ValueError(f"invalid snapshot id {self.snapshot_id}")
+        if self.version and not re.fullmatch("[0-9a-f]{16}", self.version):
+            raise ValueError(f"invalid metadata version {self.version!r}")
+        if not 0 <= self.sequence_number <= _MAX_METADATA_VERSION:
+            raise ValueError(
+                f"sequence number {self.sequence_number} is out of the 32-bit range engines "
+                "parse in metadata file names"
+            )
 
     @property
     def key(self) -> str:
         prefix = table_prefix(self.cluster, self.topic, self.namespace)
-        version = f"-{self.version}" if self.version else ""
-        return f"{prefix}/metadata/{self.snapshot_id}{version}.metadata.json"
+        digits = f"{self.snapshot_id:016x}{self.version or _NO_VERSION}"
+        name = f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+        return f"{prefix}/metadata/{self.sequence_number}-{name}.metadata.json"
 
 
 ParsedKey = DataKey | ColdFileKey | ChangesKey | ManifestKey | ManifestListKey | MetadataKey
@@ -366,8 +385,12 @@ def parse_key(key: str) -> ParsedKey:
             cluster, namespace, topic, snapshot, digest = match.groups()
             parsed = ManifestListKey(cluster, unquote(topic), int(snapshot), digest, namespace)
         elif match := _METADATA.fullmatch(key):
-            cluster, namespace, topic, snapshot, version = match.groups()
-            parsed = MetadataKey(cluster, unquote(topic), int(snapshot), namespace, version or "")
+            cluster, namespace, topic, sequence, *parts = match.groups()
+            digits = "".join(parts)
+            version = "" if digits[16:] == _NO_VERSION else digits[16:]
+            parsed = MetadataKey(
+                cluster, unquote(topic), int(digits[:16], 16), namespace, version, int(sequence)
+            )
         else:
             raise NoSuchFile(f"no such key {key!r}")
         canonical = parsed.key  # re-encoding must give the key back (strict, one spelling)

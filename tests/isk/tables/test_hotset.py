@@ -155,7 +155,7 @@ async def test_data_files_rebuild_from_the_key_alone(tmp_path: Path, log: FakeLo
         "c1/hotset/nope/data/p=0/day=2023-11-14/0-10.parquet",  # no such topic
         "c2/hotset/orders/data/p=0/day=2023-11-14/0-10.parquet",  # another cluster
         "c1/hotset/orders/data/p=0/day=2023-11-14/0-10.parquet.x",
-        "c1/hotset/orders/metadata/1.metadata.json",
+        "c1/hotset/orders/metadata/1-00000000-0000-0001-0000-000000000000.metadata.json",
     ],
 )
 async def test_made_up_keys_are_refused(tmp_path: Path, log: FakeLog, key: str) -> None:

@@ -111,4 +111,4 @@ def test_empty_chunks_give_no_snapshot() -> None:
     built = build_table("gw", "c1", "orders", [ChunkEntry("orders", 0, 0, 5, 0, 0, {})], {0: 5})
     assert "current-snapshot-id" not in built.metadata
     assert list(built.files) == [built.metadata_key]
-    assert built.metadata_key.endswith("/0.metadata.json")
+    assert built.metadata_key.endswith("/0-00000000-0000-0000-0000-000000000000.metadata.json")

@@ -29,6 +29,8 @@ DIGEST = "0123456789abcdef0123456789abcdef"
         ManifestListKey("c1", "orders", 2**63 - 1, DIGEST),
         MetadataKey("c1", "orders", 42),
         MetadataKey("c1", "orders", 0),
+        MetadataKey("c1", "orders", 2**63 - 1, "merged", "00000000000000ff", 2**31 - 1),
+        MetadataKey("c1", "a/b", 9, "current", "", 4),
     ],
 )
 def test_round_trip(parsed) -> None:
@@ -41,7 +43,14 @@ def test_layout() -> None:
         == "c1/hotset/orders/data/p=2/day=2023-11-14/10-20.parquet"
     )
     assert DataKey("c1", "a/b", 0, None, 0, 1).key == "c1/hotset/a%2Fb/data/p=0/day=-/0-1.parquet"
-    assert MetadataKey("c", "t", 7).key == "c/hotset/t/metadata/7.metadata.json"
+    assert (
+        MetadataKey("c", "t", 7, sequence_number=3).key
+        == "c/hotset/t/metadata/3-00000000-0000-0007-0000-000000000000.metadata.json"
+    )
+    assert (
+        MetadataKey("c", "t", 2**63 - 1, version="0123456789abcdef", sequence_number=2**31 - 1).key
+        == "c/hotset/t/metadata/2147483647-7fffffff-ffff-ffff-0123-456789abcdef.metadata.json"
+    )
     assert ManifestKey("c", "t", DIGEST).key == f"c/hotset/t/metadata/manifest-{DIGEST}.avro"
     assert ManifestListKey("c", "t", 9, DIGEST).key == f"c/hotset/t/metadata/snap-9-{DIGEST}.avro"
     assert table_location("bk", "c", "t") == "s3://bk/c/hotset/t"
@@ -73,6 +82,12 @@ def test_layout() -> None:
         f"c1/hotset/orders/metadata/snap-0-{DIGEST}.avro",  # snapshot ids are > 0
         f"c1/hotset/orders/metadata/snap-9223372036854775808-{DIGEST}.avro",
         "c1/hotset/orders/metadata/v1.metadata.json",
+        "c1/hotset/orders/metadata/1.metadata.json",  # the names before the spec's convention
+        "c1/hotset/orders/metadata/01-00000000-0000-0001-0000-000000000000.metadata.json",
+        "c1/hotset/orders/metadata/2147483648-00000000-0000-0001-0000-000000000000.metadata.json",
+        "c1/hotset/orders/metadata/1-00000000-0000-0001-0000-00000000000.metadata.json",
+        "c1/hotset/orders/metadata/1-00000000-0000-0001-0000-00000000000A.metadata.json",
+        "c1/hotset/orders/metadata/1-80000000-0000-0000-0000-000000000000.metadata.json",
         "/c1/hotset/orders/metadata/1.metadata.json",
         "bad cluster/hotset/orders/metadata/1.metadata.json",
     ],
@@ -83,6 +98,10 @@ def test_strict_parsing(key: str) -> None:
 
 
 def test_invalid_fields_are_refused_when_encoding() -> None:
+    with pytest.raises(ValueError, match="32-bit"):
+        MetadataKey("c1", "t", 1, sequence_number=2**31)
+    with pytest.raises(ValueError, match="metadata version"):
+        MetadataKey("c1", "t", 1, version="XYZ")
     with pytest.raises(ValueError):
         DataKey("c1", "t", 0, None, 5, 5)
     with pytest.raises(ValueError):
