@@ -41,7 +41,7 @@ PROJECT = "bergstream"
 #: The version of the public API (``bergstream.core.api``): ``MAJOR.MINOR``. MINOR grows when
 #: names, hooks or optional fields are added (plugins built for an older minor keep working);
 #: MAJOR grows when anything is removed or changes meaning (plugins must be rebuilt).
-API_VERSION = "1.2"
+API_VERSION = "1.3"
 
 #: The module attribute in which a plugin names the API version it was built against.
 PLUGIN_API_ATTRIBUTE = "BERGSTREAM_API"

@@ -9,12 +9,13 @@ pipeline defines ``lake.pipeline`` and ``lake.maintenance``), which core never r
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlparse
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from bergstream.core.home import bergstream_home
 from bergstream.core.kafka_client import KafkaClientSettings
@@ -31,8 +32,11 @@ __all__ = [
     "LakeCatalogConfig",
     "LakeConfig",
     "LakeConfigError",
+    "LakeGlueConfig",
     "LakeS3Config",
     "ResolvedLake",
+    "glue_properties",
+    "glue_region",
     "load_catalog",
     "pyiceberg_catalog_properties",
     "resolve_lake",
@@ -67,10 +71,50 @@ class LakeS3Config(StrictModel):
     path_style: bool = Field(True, description="path-style addressing (needed off AWS)")
 
 
+class LakeGlueConfig(StrictModel):
+    """AWS Glue as the catalog (``lake.catalog.type: glue``). Unset keys take the AWS default
+    chain: ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``,
+    ``AWS_PROFILE``, then the instance's role."""
+
+    region: str | None = Field(
+        None, description="the Glue region, e.g. eu-west-1 (default: AWS_REGION, then lake.s3)"
+    )
+    endpoint: str | None = Field(
+        None, description="Glue endpoint URL override (a VPC endpoint, a test server); AWS if unset"
+    )
+    catalog_id: str | None = Field(
+        None,
+        description="the Glue catalog id (the AWS account id owning it); the caller's if unset",
+    )
+    profile: str | None = Field(None, description="a profile of ~/.aws/config to use")
+    access_key: str | None = Field(None, description="access key id (default: the AWS chain)")
+    secret_key: str | None = Field(None, description="secret access key")
+    session_token: str | None = Field(None, description="session token of temporary keys")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value  # ${VAR:-} of a variable not set
+
+    @model_validator(mode="after")
+    def _keys_in_pairs(self) -> LakeGlueConfig:
+        if (self.access_key is None) != (self.secret_key is None):
+            raise ValueError(
+                "lake.catalog.glue: give access_key and secret_key together (or neither, for "
+                "the AWS default chain)"
+            )
+        if self.session_token is not None and self.access_key is None:
+            raise ValueError("lake.catalog.glue.session_token needs access_key and secret_key")
+        return self
+
+
 class LakeCatalogConfig(StrictModel):
     """The Iceberg catalog holding one table per topic."""
 
-    type: Literal["sql", "rest"] = Field("sql", description="sql (embedded SQLite) or rest")
+    type: Literal["sql", "rest", "glue"] = Field(
+        "sql",
+        description="sql (embedded SQLite), rest (an Iceberg REST catalog) or glue (AWS Glue)",
+    )
     name: str = Field(
         "bergstream",
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
@@ -79,12 +123,15 @@ class LakeCatalogConfig(StrictModel):
     uri: str | None = Field(
         None,
         description="sql: sqlite:///PATH (default $BERGSTREAM_HOME/lake/catalog.db); "
-        "rest: the catalog's base URL",
+        "rest: the catalog's base URL; glue: none",
     )
     warehouse: str | None = Field(
         None,
         description="directory or s3://bucket/prefix for table files "
-        "(default $BERGSTREAM_HOME/lake/warehouse for sql)",
+        "(default $BERGSTREAM_HOME/lake/warehouse for sql; glue needs an s3:// one)",
+    )
+    glue: LakeGlueConfig = Field(
+        default_factory=LakeGlueConfig, description="AWS Glue settings (type: glue)"
     )
     properties: dict[str, str] = Field(
         default_factory=dict, description="more Iceberg catalog properties, for every client"
@@ -148,7 +195,7 @@ class ResolvedLake:
     config: LakeConfig
     catalog_type: str
     catalog_name: str
-    catalog_uri: str  # sqlite:////abs/path.db or the REST base URL
+    catalog_uri: str  # sqlite:////abs/path.db, the REST base URL, or "" for Glue
     warehouse: str | None  # file:///abs/dir or s3://bucket/prefix (None: the REST server's own)
     namespace: str
 
@@ -227,6 +274,49 @@ def _warehouse(value: str | None, home: Path, catalog_type: str) -> str | None:
     )
 
 
+def _check_glue(config: LakeConfig) -> None:
+    catalog = config.catalog
+    if catalog.uri:
+        raise LakeConfigError(
+            "lake.catalog.uri: a glue catalog has no URI (for an endpoint override, e.g. a "
+            "VPC endpoint, set lake.catalog.glue.endpoint)",
+            "lake.catalog.uri",
+        )
+    if not catalog.warehouse or urlparse(catalog.warehouse).scheme not in ("s3", "s3a"):
+        raise LakeConfigError(
+            "lake.catalog.warehouse: a glue catalog keeps its table files on S3: set "
+            "s3://BUCKET/PREFIX",
+            "lake.catalog.warehouse",
+        )
+
+
+def glue_region(lake: ResolvedLake) -> str | None:
+    """The region of a Glue catalog: ``lake.catalog.glue.region``, else ``AWS_REGION`` (or
+    ``AWS_DEFAULT_REGION``), else ``lake.s3.region`` when an ``s3`` section is given."""
+    glue = lake.config.catalog.glue
+    return (
+        glue.region
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+        or (lake.s3.region if lake.s3 is not None else None)
+    )
+
+
+def glue_properties(lake: ResolvedLake) -> dict[str, str]:
+    """PyIceberg's ``glue.*`` catalog properties of a Glue lake (its boto3 client)."""
+    glue = lake.config.catalog.glue
+    values = {
+        "glue.region": glue_region(lake),
+        "glue.endpoint": glue.endpoint,
+        "glue.id": glue.catalog_id,
+        "glue.profile-name": glue.profile,
+        "glue.access-key-id": glue.access_key,
+        "glue.secret-access-key": glue.secret_key,
+        "glue.session-token": glue.session_token,
+    }
+    return {key: value for key, value in values.items() if value}
+
+
 def resolve_lake(config: LakeConfig, home: Path | str | None = None) -> ResolvedLake:
     """Fill the defaults of ``config`` (under ``home``, else ``$BERGSTREAM_HOME``, else
     ``./.bergstream``) and check that the pieces fit together."""
@@ -234,6 +324,9 @@ def resolve_lake(config: LakeConfig, home: Path | str | None = None) -> Resolved
     catalog = config.catalog
     if catalog.type == "sql":
         uri = _sqlite_uri(catalog.uri, root)
+    elif catalog.type == "glue":
+        _check_glue(config)
+        uri = ""
     else:
         if not catalog.uri or urlparse(catalog.uri).scheme not in ("http", "https"):
             raise LakeConfigError(
@@ -276,7 +369,11 @@ def s3_properties(s3: LakeS3Config | None) -> dict[str, str]:
 
 def pyiceberg_catalog_properties(lake: ResolvedLake) -> dict[str, str]:
     """Properties for ``pyiceberg.catalog.load_catalog(lake.catalog_name, **props)``."""
-    props: dict[str, str] = {"type": lake.catalog_type, "uri": lake.catalog_uri}
+    props: dict[str, str] = {"type": lake.catalog_type}
+    if lake.catalog_type == "glue":
+        props.update(glue_properties(lake))
+    else:
+        props["uri"] = lake.catalog_uri
     if lake.warehouse is not None:
         props["warehouse"] = lake.warehouse
     props.update(s3_properties(lake.s3))

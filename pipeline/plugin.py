@@ -81,12 +81,16 @@ def _spark(lake: PipelineLake) -> SparkSession:
         PipelineSetupError,
         attach_catalog,
         build_session,
+        lake_system_properties,
         set_system_properties,
         with_system_properties,
     )
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    kafka_jvm = lake.config.kafka_client.java_system_properties()
+    kafka_jvm = {
+        **lake.config.kafka_client.java_system_properties(),
+        **lake_system_properties(lake),
+    }
     try:
         spark = build_session(
             with_system_properties(lake.pipeline.spark_conf, kafka_jvm),

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from bergstream.core.api import ResolvedLake, s3_properties
+from bergstream.core.api import ResolvedLake, glue_region, s3_properties
 from bergstream.pipeline.class_archive import class_archive_for, with_java_options
 from bergstream.pipeline.jars import cache_dir, ivy_dir, ivy_settings, spark_packages
 from bergstream.pipeline.settings import DEFAULT_MASTER, is_local_master
@@ -225,6 +225,10 @@ def catalog_conf(lake: ResolvedLake) -> dict[str, str]:
                 "jdbc.busy_timeout": "30000",
             }
         )
+    elif lake.catalog_type == "glue":
+        props["type"] = "glue"
+        # Topic names hold dashes and dots; Glue's API takes them, Iceberg's check would not.
+        props["glue.skip-name-validation"] = "true"
     else:
         props.update({"type": "rest", "uri": lake.catalog_uri})
     if lake.warehouse is not None:
@@ -232,10 +236,37 @@ def catalog_conf(lake: ResolvedLake) -> dict[str, str]:
     if (lake.warehouse or "").startswith("s3://") or lake.s3 is not None:
         props["io-impl"] = S3_FILE_IO
     props.update(s3_properties(lake.s3))
+    if lake.catalog_type == "glue":
+        props.update(_glue_conf(lake))
     props.update(lake.config.catalog.properties)
     conf = {prefix: SPARK_CATALOG}
     conf.update({f"{prefix}.{key}": value for key, value in props.items()})
     return conf
+
+
+def _glue_conf(lake: ResolvedLake) -> dict[str, str]:
+    """Iceberg's GlueCatalog settings: region, endpoint override, catalog id (its keys and
+    profile come from the AWS default chain: :func:`lake_system_properties`)."""
+    glue = lake.config.catalog.glue
+    region = glue_region(lake)
+    values = {"client.region": region, "glue.endpoint": glue.endpoint, "glue.id": glue.catalog_id}
+    return {key: value for key, value in values.items() if value}
+
+
+def lake_system_properties(lake: ResolvedLake) -> dict[str, str]:
+    """JVM system properties a lake needs: a Glue catalog's access keys and profile, which
+    Iceberg's GlueCatalog reads only from the AWS default chain, whose first link is these
+    properties (they hold for the whole JVM: one Glue account per Spark application)."""
+    if lake.catalog_type != "glue":
+        return {}
+    glue = lake.config.catalog.glue
+    values = {
+        "aws.accessKeyId": glue.access_key,
+        "aws.secretAccessKey": glue.secret_key,
+        "aws.sessionToken": glue.session_token,
+        "aws.profile": glue.profile,
+    }
+    return {key: value for key, value in values.items() if value}
 
 
 def attach_catalog(spark: SparkSession, lake: ResolvedLake) -> None:
@@ -254,6 +285,7 @@ def attach_catalog(spark: SparkSession, lake: ResolvedLake) -> None:
             )
     for key, value in conf.items():
         spark.conf.set(key, value)
+    set_system_properties(spark, lake_system_properties(lake))
     if lake.sqlite_path is not None:
         lake.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
     if lake.warehouse is not None and lake.warehouse.startswith("file://"):

@@ -58,7 +58,11 @@ from bergstream.pipeline.metrics import (
     failure_cause,
     record_source_progress,
 )
-from bergstream.pipeline.session import PipelineSetupError, set_system_properties
+from bergstream.pipeline.session import (
+    PipelineSetupError,
+    lake_system_properties,
+    set_system_properties,
+)
 from bergstream.pipeline.settings import PipelineLake, cluster_warnings
 from bergstream.pipeline.state_table import StateKeeper
 from bergstream.pipeline.tables import LakeTable, open_table
@@ -396,7 +400,9 @@ def run_pipeline(
         report(warning)
     # A session started before this lake's settings were known (the JVM flags its Kafka login
     # needs are set at start by `pipeline run`).
-    set_system_properties(spark, lake.config.kafka_client.java_system_properties())
+    set_system_properties(
+        spark, {**lake.config.kafka_client.java_system_properties(), **lake_system_properties(lake)}
+    )
     table = open_table(spark, lake, topic, create=True)
     settings = lake.pipeline
     with topic_lock(lake.checkpoint_dir, lake.namespace, topic):

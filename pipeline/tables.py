@@ -272,9 +272,10 @@ def _java_catalog(spark: SparkSession, lake: ResolvedLake) -> Any:
             lake.catalog_name,
         )
     except Exception as error:
+        where = lake.catalog_uri or lake.config.catalog.glue.endpoint or "AWS"
         raise PipelineSetupError(
-            f"cannot open the {lake.catalog_type} catalog '{lake.catalog_name}' at "
-            f"{lake.catalog_uri}: {error}"
+            f"cannot open the {lake.catalog_type} catalog '{lake.catalog_name}' at {where}: "
+            f"{error}"
         ) from error
 
 

@@ -219,6 +219,20 @@ def rest_catalog_env(
 
 
 @pytest.fixture(scope="session")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """moto's server (AWS S3, Glue and STS on one 127.0.0.1 port), a process of its own per
+    xdist worker, started on first use and ended by its PID at the end
+    (:mod:`tests.kits.moto_server`)."""
+    from tests.kits.moto_server import start_moto
+
+    server = start_moto(tmp_path_factory.mktemp("moto"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackEnv]:
     """A second, secured Kafka for the tests of production clusters: three KRaft brokers with
     ``--security sasl_ssl`` (TLS, SCRAM-SHA-512 and PLAIN users ``admin`` and ``noaccess``, the
