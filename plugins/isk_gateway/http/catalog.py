@@ -2,9 +2,11 @@
 
 Routes, under ``/v1/`` and, when a prefix is configured, ``/v1/{prefix}/``: ``GET /v1/config``,
 namespaces GET/HEAD, table listing, table GET/HEAD (``If-None-Match`` -> 304), ``credentials``,
-``metrics`` (-> 204) and, when OAuth client credentials are configured, ``POST /v1/oauth/tokens``
-(then a bearer token is required everywhere else). Every write is refused with 403 and an
-``IcebergErrorResponse``.
+``metrics`` (-> 204), an empty view listing (no view exists) and, when OAuth client credentials
+are configured, ``POST /v1/oauth/tokens`` (then a bearer token is required everywhere else).
+Lists page as the spec says (``pageSize``, ``pageToken``, ``next-page-token``). Every write is
+refused with 403 and an ``IcebergErrorResponse``; a method the REST API does not have answers 405.
+How the answers compare with Iceberg's own REST catalog server: ``docs/reference-servers.md``.
 
 With principals (:mod:`.principals`), every request but the token endpoint runs as one: a bearer
 token issued for its OAuth client, or HTTP Basic credentials; none or wrong ones answer 401. It
@@ -58,6 +60,9 @@ from bergstream.plugins.isk_gateway.tables.provider import (
 )
 
 __all__ = ["ENDPOINTS", "CatalogSettings", "RestCatalogApp"]
+
+#: The HTTP methods of the Iceberg REST API; any other answers 405.
+_METHODS = ("GET", "HEAD", "POST", "DELETE")
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +130,12 @@ class RestCatalogApp:
         head = request.method == "HEAD"
         segments = [unquote(s) for s in request.rel_url.raw_path.strip("/").split("/")]
         try:
+            if request.method not in _METHODS:
+                raise _Error(
+                    405,
+                    "MethodNotAllowedException",
+                    f"{request.method} is not an Iceberg REST method",
+                )
             if segments[:1] != ["v1"]:
                 raise _Error(404, "NotFoundException", "No route for this path")
             rest = segments[1:]
@@ -177,7 +188,8 @@ class RestCatalogApp:
             if request.query.get("parent"):
                 return _json({"namespaces": []})
             names = await self.provider.list_namespaces()
-            return _json({"namespaces": [[n] for n in names]})
+            page, token = _page(sorted(names), request.query)
+            return _json({"namespaces": [[n] for n in page], **token})
         namespace = rest[0]
         if len(rest) == 1:
             _only(request, "GET", "HEAD")
@@ -185,6 +197,14 @@ class RestCatalogApp:
             if head:
                 return web.Response(status=204)
             return _json({"namespace": [namespace], "properties": {}})
+        if rest[1] == "views" and method in ("GET", "HEAD"):
+            # No views here: an empty list, and no view by any name.
+            await self._check_namespace(namespace)
+            if len(rest) == 2:
+                _only(request, "GET")
+                return _json({"identifiers": []})
+            view = ".".join(rest[2:])
+            raise _Error(404, "NoSuchViewException", f"View does not exist: {namespace}.{view}")
         if rest[1] != "tables":
             if method not in ("GET", "HEAD"):
                 raise _Error(403, "ForbiddenException", "This catalog is read-only")
@@ -198,7 +218,9 @@ class RestCatalogApp:
             if principal is not None:
                 readable = await self._readable(principal)
                 tables = [t for t in tables if t in readable]
-            return _json({"identifiers": [{"namespace": [namespace], "name": t} for t in tables]})
+            page, token = _page(sorted(tables), request.query)
+            identifiers = [{"namespace": [namespace], "name": t} for t in page]
+            return _json({"identifiers": identifiers, **token})
         table = rest[2]
         tail = rest[3:]
         try:
@@ -489,6 +511,36 @@ def _only(request: web.Request, *methods: str) -> None:
     if request.method in ("GET", "HEAD"):
         raise _Error(405, "MethodNotAllowedException", f"{request.method} is not supported here")
     raise _Error(403, "ForbiddenException", "This catalog is read-only")
+
+
+def _page(names: list[str], query: Any) -> tuple[list[str], dict[str, str]]:
+    """One page of the sorted ``names`` as the REST spec pages lists: ``pageSize`` bounds it
+    (absent: the rest of the list), ``pageToken`` (absent or empty: the start) is the opaque
+    token of an earlier page; ``next-page-token`` when more names follow. The token names the
+    last name returned, so a page stays right while tables come and go."""
+    size_text = query.get("pageSize")
+    token_text = query.get("pageToken")
+    start = 0
+    if token_text:
+        try:
+            raw = base64.b64decode(token_text.encode("ascii"), altchars=b"-_", validate=True)
+            after = raw.decode("utf-8")
+        except (ValueError, UnicodeError):
+            raise _Error(
+                400, "BadRequestException", f"pageToken {token_text!r} is not one this catalog gave"
+            ) from None
+        start = next((i for i, name in enumerate(names) if name > after), len(names))
+    if size_text is None:
+        return names[start:], {}
+    if not size_text.isdigit() or int(size_text) < 1:
+        raise _Error(
+            400, "BadRequestException", f"pageSize must be a positive integer, not {size_text!r}"
+        )
+    end = start + int(size_text)
+    if end >= len(names):
+        return names[start:], {}
+    token = base64.urlsafe_b64encode(names[end - 1].encode("utf-8")).decode("ascii")
+    return names[start:end], {"next-page-token": token}
 
 
 def _no_namespace(namespace: str) -> _Error:
