@@ -1,6 +1,7 @@
 """The S3 gateway: one read-only bucket whose objects are the files a :class:`TableProvider` serves.
 
-Path-style addressing only (``/{bucket}/{key}``). Every request must be SigV4-signed, with
+Path-style (``/{bucket}/{key}``) and virtual-host-style (``Host: {bucket}.{host}``, path
+``/{key}``) addressing. Every request must be SigV4-signed, with
 the temporary credentials LoadTable vends (:mod:`.credentials`: the session token in
 ``X-Amz-Security-Token``, header or presigned query) or, without principals, with the configured
 root pair itself (the operator's key for engines set up by hand; never vended). A session token
@@ -14,7 +15,10 @@ files themselves are built with the gateway's own Kafka connection, only after t
 they are the same bytes for everyone who may read them, and cached so.
 
 Objects: GET/HEAD with single ``Range`` forms (``bytes=a-b``, ``bytes=a-``,
-``bytes=-N``), ``If-Match``/``If-None-Match``; bucket: HEAD, ``?location``, ListObjectsV2.
+``bytes=-N``), ``If-Match``/``If-None-Match``/``If-Modified-Since``/``If-Unmodified-Since``
+(RFC 9110's order); bucket: HEAD, ``?location``, ListObjectsV2. Authentication failures carry
+S3's codes (``SignatureDoesNotMatch``, ``InvalidAccessKeyId``, ``RequestTimeTooSkewed``,
+``AccessDenied``). How the answers compare with S3 (moto's): ``docs/reference-servers.md``.
 ETags derive from key and size (a key encodes everything needed to rebuild its file, so the
 same key always has the same bytes); Last-Modified is the gateway's start time, stable per key.
 """
@@ -62,6 +66,9 @@ _STREAM_CHUNK = 1 << 20
 _XML_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 _STATUS = {
     "AccessDenied": 403,
+    "SignatureDoesNotMatch": 403,
+    "InvalidAccessKeyId": 403,
+    "RequestTimeTooSkewed": 403,
     "ExpiredToken": 400,
     "InvalidToken": 400,
     "NoSuchKey": 404,
@@ -71,6 +78,16 @@ _STATUS = {
     "InvalidArgument": 400,
     "SlowDown": 503,
     "InternalError": 500,
+}
+
+
+#: S3's message of an authentication error code (followed by what was wrong).
+_MESSAGES = {
+    "SignatureDoesNotMatch": "The request signature we calculated does not match the signature "
+    "you provided",
+    "InvalidAccessKeyId": "The AWS access key Id you provided does not exist in our records",
+    "RequestTimeTooSkewed": "The difference between the request time and the current time is "
+    "too large",
 }
 
 
@@ -135,8 +152,11 @@ class S3Gateway:
             caller = self._authenticate(request, raw_path, raw_query)
             if request.method not in ("GET", "HEAD"):
                 raise S3Error("AccessDenied", "This gateway is read-only")
-            bucket, _, raw_key = raw_path.lstrip("/").partition("/")
-            bucket = unquote(bucket)
+            if self._virtual_host(request, raw_path):  # <bucket>.<host>: the path is the key
+                bucket, raw_key = self.bucket, raw_path.lstrip("/")
+            else:
+                bucket, _, raw_key = raw_path.lstrip("/").partition("/")
+                bucket = unquote(bucket)
             if not bucket:
                 return self._list_buckets()
             if bucket != self.bucket:
@@ -168,6 +188,15 @@ class S3Gateway:
                 "S3 gateway failed on %s %s", request.method, raw_path, extra=client_fields(request)
             )
             return self._error(S3Error("InternalError", "Internal error"), raw_path, head)
+
+    def _virtual_host(self, request: web.Request, raw_path: str) -> bool:
+        """Whether ``request`` addresses the bucket virtual-host style (``Host:
+        <bucket>.<endpoint host>``, as S3 clients do by default): the host names the bucket and
+        the path does not start with it (so a path-style request to a gateway whose own host
+        name starts with the bucket's stays path-style)."""
+        host = (request.headers.get("Host") or "").lower()
+        first = raw_path.lstrip("/").partition("/")[0]
+        return host.startswith(f"{self.bucket}.") and unquote(first) != self.bucket
 
     def _authenticate(self, request: web.Request, raw_path: str, raw_query: str) -> _Caller:
         """Who signed the request; InvalidToken or ExpiredToken for a session token that is
@@ -233,7 +262,7 @@ class S3Gateway:
                 secret_key=secret_key,
             )
         except SigV4Error as exc:
-            raise S3Error("AccessDenied", f"Access Denied: {exc}") from exc
+            raise S3Error(exc.code, f"{_MESSAGES.get(exc.code, 'Access Denied')}: {exc}") from exc
 
     async def _readable(self, principal: Principal) -> frozenset[str]:
         assert self.principals is not None
@@ -257,14 +286,26 @@ class S3Gateway:
             "Accept-Ranges": "bytes",
             "Content-Type": "application/octet-stream",
         }
+        # RFC 9110 13.2.2: If-Match, else If-Unmodified-Since; If-None-Match, else
+        # If-Modified-Since (a date that does not parse is ignored).
         if_match = request.headers.get("If-Match")
-        if if_match is not None and not _etag_matches(if_match, etag):
+        unmodified_since = _http_date(request.headers.get("If-Unmodified-Since"))
+        if (if_match is not None and not _etag_matches(if_match, etag)) or (
+            if_match is None
+            and unmodified_since is not None
+            and self.last_modified > unmodified_since
+        ):
             raise S3Error(
                 "PreconditionFailed",
                 "At least one of the pre-conditions you specified did not hold",
             )
         if_none_match = request.headers.get("If-None-Match")
-        if if_none_match is not None and _etag_matches(if_none_match, etag):
+        modified_since = _http_date(request.headers.get("If-Modified-Since"))
+        if (if_none_match is not None and _etag_matches(if_none_match, etag)) or (
+            if_none_match is None
+            and modified_since is not None
+            and self.last_modified <= modified_since
+        ):
             return web.Response(status=304, headers=headers)
         status = 200
         start, end = 0, size
@@ -489,6 +530,17 @@ def _checked_key(key: str) -> str:
     ):
         raise S3Error("AccessDenied", "Access Denied: invalid key")
     return key
+
+
+def _http_date(value: str | None) -> dt.datetime | None:
+    """An HTTP date header's instant (None: absent or not a date)."""
+    if not value:
+        return None
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
 
 
 def _etag_matches(header: str, etag: str) -> bool:

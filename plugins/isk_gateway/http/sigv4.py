@@ -27,7 +27,13 @@ _AUTH_PARAM = re.compile(r"(\w+)=([^,]*)")
 
 
 class SigV4Error(Exception):
-    """The request is not signed, or not signed with the configured key (S3: AccessDenied)."""
+    """The request is not signed, or not signed with the configured key; ``code`` is the S3
+    error code S3 answers it with (``AccessDenied``, ``SignatureDoesNotMatch``,
+    ``InvalidAccessKeyId``, ``RequestTimeTooSkewed``)."""
+
+    def __init__(self, message: str, code: str = "AccessDenied") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def verify_sigv4(
@@ -84,7 +90,7 @@ def verify_sigv4(
         raise SigV4Error("credential date does not match X-Amz-Date")
     if expires is None:
         if abs(now - signed_at) > MAX_CLOCK_SKEW:
-            raise SigV4Error("request time too skewed")
+            raise SigV4Error("request time too skewed", "RequestTimeTooSkewed")
     else:
         if not 0 < expires <= MAX_PRESIGN_EXPIRES:
             raise SigV4Error("bad X-Amz-Expires")
@@ -110,7 +116,7 @@ def verify_sigv4(
     key = sigv4.signing_key(secret_key, date_stamp, region, service)
     expected = sigv4.signature(key, to_sign)
     if not hmac.compare_digest(expected.encode(), signature.encode()):
-        raise SigV4Error("signature does not match")
+        raise SigV4Error("signature does not match", "SignatureDoesNotMatch")
     return key_id
 
 
@@ -124,12 +130,12 @@ def _secret_of(
     if keys is not None:
         found = keys.get(key_id)
         if found is None:
-            raise SigV4Error("unknown access key")
+            raise SigV4Error("unknown access key", "InvalidAccessKeyId")
         return found
     if access_key is None or secret_key is None:
         raise TypeError("verify_sigv4 needs keys, or access_key and secret_key")
     if not hmac.compare_digest(key_id.encode(), access_key.encode()):
-        raise SigV4Error("unknown access key")
+        raise SigV4Error("unknown access key", "InvalidAccessKeyId")
     return secret_key
 
 

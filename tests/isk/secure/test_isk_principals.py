@@ -612,7 +612,7 @@ def test_s3_refuses_the_root_key_and_credentials_of_no_principal(gateway: Gatewa
     ):
         with pytest.raises(ClientError) as caught:
             client.get_object(Bucket="bergstream", Key=ORDERS_KEY)
-        assert s3_code(caught) == ("AccessDenied", 403)
+        assert s3_code(caught) in {("AccessDenied", 403), ("SignatureDoesNotMatch", 403)}
 
 
 def test_kafka_settings_of_a_principal_are_its_own() -> None:
