@@ -21,6 +21,7 @@ The stack and its processes:
   (Iceberg's own server).
 - ``clickhouse``: chDB (ClickHouse in process) with ISK's catalog as a ``DataLakeCatalog``
   database.
+- ``moto_server``: moto's server (AWS S3, Glue and STS on one port) as a process of its own.
 
 ISK (the ``isk`` service):
 

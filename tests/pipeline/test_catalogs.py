@@ -1,6 +1,6 @@
-"""The catalog and warehouse choices: an S3 warehouse on the stack's S3 server (through
-iceberg-aws-bundle on the JVM and PyArrow's S3 in PyIceberg) and Iceberg's own REST catalog
-server."""
+"""The catalog and warehouse choices, one round trip each: the SQL catalog with an S3 warehouse on
+the stack's S3 (through iceberg-aws-bundle on the JVM and PyArrow's S3 in PyIceberg), Iceberg's
+own REST catalog server, and AWS Glue (moto's)."""
 
 from __future__ import annotations
 
@@ -94,3 +94,42 @@ def test_rest_catalog(
     _round_trip(spark, lake, kafka_bootstrap, topic)
     warehouse = rest_catalog_env["BERGSTREAM_REST_CATALOG_WAREHOUSE"]
     assert describe_table(lake, topic)["location"].startswith(f"{warehouse}/{lake.namespace}/")
+
+
+def test_glue_catalog(
+    spark: Any,
+    make_lake: Callable[..., ResolvedLake],
+    moto: Any,
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+) -> None:
+    """AWS Glue (moto's server: Glue and S3 on one port), keys given in the lake's settings."""
+    from tests.kits.moto_server import ACCESS_KEY, REGION, SECRET_KEY
+
+    bucket = f"glue-{uuid.uuid4().hex[:10]}"
+    moto.client("s3").create_bucket(Bucket=bucket)
+    lake = make_lake(
+        catalog={
+            "name": "lake_glue",
+            "type": "glue",
+            "warehouse": f"s3://{bucket}/warehouse",
+            "glue": {
+                "endpoint": moto.url,
+                "region": REGION,
+                "access_key": ACCESS_KEY,
+                "secret_key": SECRET_KEY,
+            },
+        },
+        s3={
+            "endpoint": moto.url,
+            "access_key": ACCESS_KEY,
+            "secret_key": SECRET_KEY,
+            "region": REGION,
+        },
+        namespace=f"glue_{uuid.uuid4().hex[:8]}",
+    )
+    attach_catalog(spark, lake)
+    topic = create_topic(2, prefix="glue")
+    _round_trip(spark, lake, kafka_bootstrap, topic)
+    table = moto.client("glue").get_table(DatabaseName=lake.namespace, Name=topic)["Table"]
+    assert table["Parameters"]["metadata_location"].startswith(f"s3://{bucket}/warehouse/")
