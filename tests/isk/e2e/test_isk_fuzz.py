@@ -271,7 +271,7 @@ def _fuzz(
     statuses: list[int | None] = []
 
     @FUZZ_SETTINGS
-    @given(request=strategy, sign=st.booleans() if signs else st.just(False))
+    @given(request=strategy, sign=st.sampled_from([True, True, True, False] if signs else [False]))
     def fuzz(request: Request, sign: bool) -> None:
         status = exchange(url, request, sign=sign)
         statuses.append(status)
@@ -280,7 +280,7 @@ def _fuzz(
     fuzz()
     assert len(statuses) >= min(EXAMPLES, 500)
     served = statuses.count(200) + statuses.count(206)
-    assert served >= 5, Counter(statuses)  # some reached a handler and were served
+    assert served >= max(1, EXAMPLES // 200), Counter(statuses)  # some reached a handler
     _still_serving(gateway, topic, location, rss_before)
 
 
