@@ -36,6 +36,7 @@ from xml.sax.saxutils import escape
 
 from aiohttp import web
 
+from bergstream.core.api import sigv4
 from bergstream.plugins.isk_gateway.http.credentials import (
     CredentialKeys,
     SessionCredentials,
@@ -76,6 +77,7 @@ _STATUS = {
     "InvalidRange": 416,
     "PreconditionFailed": 412,
     "InvalidArgument": 400,
+    "XAmzContentSHA256Mismatch": 400,
     "SlowDown": 503,
     "InternalError": 500,
 }
@@ -152,6 +154,7 @@ class S3Gateway:
             caller = self._authenticate(request, raw_path, raw_query)
             if request.method not in ("GET", "HEAD"):
                 raise S3Error("AccessDenied", "This gateway is read-only")
+            _check_payload_hash(request)
             if self._virtual_host(request, raw_path):  # <bucket>.<host>: the path is the key
                 bucket, raw_key = self.bucket, raw_path.lstrip("/")
             else:
@@ -530,6 +533,20 @@ def _checked_key(key: str) -> str:
     ):
         raise S3Error("AccessDenied", "Access Denied: invalid key")
     return key
+
+
+def _check_payload_hash(request: web.Request) -> None:
+    """A read carries no body: a declared ``x-amz-content-sha256`` other than the empty body's
+    hash or ``UNSIGNED-PAYLOAD`` does not match it (S3: 400 ``XAmzContentSHA256Mismatch``)."""
+    declared = request.headers.get("x-amz-content-sha256")
+    if declared is None or declared in (sigv4.EMPTY_SHA256, sigv4.UNSIGNED_PAYLOAD):
+        return
+    if request.content_length:
+        return  # a body we do not read: the read-only refusal came first for writes
+    raise S3Error(
+        "XAmzContentSHA256Mismatch",
+        "The provided 'x-amz-content-sha256' header does not match what was computed.",
+    )
 
 
 def _http_date(value: str | None) -> dt.datetime | None:
