@@ -1,14 +1,39 @@
 """ClickHouse as an engine of the tests: chDB (ClickHouse in process) with a ``DataLakeCatalog``
-database on ISK's REST catalog, as a user of ClickHouse creates it."""
+database on ISK's REST catalog, as a user of ClickHouse creates it.
+
+Each batch of queries runs in a Python process of its own: chDB starts ClickHouse's engine
+inside the process that imports it, and its background threads (connection pools, caches)
+outlive a closed session; in a test worker that lives for the whole run they would keep
+working against gateways long after the test."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 from tests.kits.isk_gateway import ACCESS_KEY, SECRET_KEY, Gateway
+
+_RUN = """
+import json, sys, tempfile
+from chdb import session as chdb_session
+statements = json.loads(sys.stdin.read())
+with tempfile.TemporaryDirectory(prefix="chdb-") as path:
+    session = chdb_session.Session(path)
+    try:
+        session.query("SET allow_experimental_database_iceberg = 1")
+        session.query(statements["create"])
+        out = []
+        for sql in statements["queries"]:
+            result = session.query(sql, "JSONCompact")
+            raw = result.bytes() or b'{"data": []}'
+            out.append(json.loads(raw)["data"])
+    finally:
+        session.close()
+print(json.dumps(out))
+"""
 
 
 def database_sql(name: str, gateway: Gateway, bucket: str = "bergstream") -> str:
@@ -23,32 +48,18 @@ def database_sql(name: str, gateway: Gateway, bucket: str = "bergstream") -> str
     )
 
 
-class ClickHouse:
-    """A chDB session with ISK's catalog as the database ``isk``."""
-
-    def __init__(self, session: Any) -> None:
-        self.session = session
-
-    def rows(self, sql: str) -> list[tuple[Any, ...]]:
-        """The rows of ``sql`` (``isk.`<namespace>.<table>``` names a table)."""
-        result = self.session.query(sql, "JSONCompact")
-        import json
-
-        return [tuple(row) for row in json.loads(result.bytes() or b'{"data": []}')["data"]]
-
-
-@contextmanager
-def clickhouse(gateway: Gateway) -> Iterator[ClickHouse]:
-    """A fresh chDB session (its own temporary data path) attached to ``gateway``'s catalog."""
-    import tempfile
-
-    from chdb import session as chdb_session
-
-    with tempfile.TemporaryDirectory(prefix=f"chdb-{uuid.uuid4().hex[:6]}-") as path:
-        session = chdb_session.Session(path)
-        try:
-            session.query("SET allow_experimental_database_iceberg = 1")
-            session.query(database_sql("isk", gateway))
-            yield ClickHouse(session)
-        finally:
-            session.close()
+def clickhouse_rows(gateway: Gateway, queries: Sequence[str]) -> list[list[tuple[Any, ...]]]:
+    """The rows of each of ``queries``, run by ClickHouse (chDB) with ``gateway``'s catalog as
+    the database ``isk`` (``isk.`<namespace>.<table>``` names a table)."""
+    statements = {"create": database_sql("isk", gateway), "queries": list(queries)}
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN],
+        input=json.dumps(statements),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"ClickHouse failed:\n{done.stderr[-3000:]}")
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    return [[tuple(row) for row in rows] for rows in results]

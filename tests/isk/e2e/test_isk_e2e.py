@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.kits.clickhouse import clickhouse
+from tests.kits.clickhouse import clickhouse_rows
 from tests.kits.isk_gateway import (
     Gateway,
     attach_isk,
@@ -161,10 +161,15 @@ def test_clickhouse_reads_the_table_and_an_earlier_snapshot(
         "SELECT count(), sum(kafka_offset), count(kafka_value), sum(length(kafka_headers)) "
         f"FROM isk.`hotset.{topic}`"
     )
-    with clickhouse(gateway) as engine:
-        [now] = engine.rows(sql)
-        [then] = engine.rows(f"{sql} SETTINGS iceberg_snapshot_id = {earlier.snapshot_id}")
-        listed = {name for (name,) in engine.rows("SHOW TABLES FROM isk")}
+    [[now], [then], tables] = clickhouse_rows(
+        gateway,
+        [
+            sql,
+            f"{sql} SETTINGS iceberg_snapshot_id = {earlier.snapshot_id}",
+            "SHOW TABLES FROM isk",
+        ],
+    )
+    listed = {name for (name,) in tables}
 
     def summary(rows: list[dict[str, Any]]) -> tuple[int, int, int, int]:
         values = sum(row["kafka_value"] is not None for row in rows)

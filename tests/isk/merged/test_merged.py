@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.kits.clickhouse import clickhouse
+from tests.kits.clickhouse import clickhouse_rows
 from tests.kits.isk_gateway import attach_isk, duckdb_connection, produce, shared_spark
 from tests.kits.merged_topic import COLD, DELETED, Stage, pyiceberg_rows, run_merged_stage
 
@@ -101,13 +101,16 @@ def test_duckdb_reads_each_namespace(stage: Stage) -> None:
 
 def test_clickhouse_reads_each_namespace(stage: Stage) -> None:
     """ClickHouse (chDB, its DataLakeCatalog database engine) reads all three tables."""
-    counts = {}
-    with clickhouse(stage.gateway) as engine:
-        for namespace in ("coldset", "hotset", "merged"):
-            [counts[namespace]] = engine.rows(
-                "SELECT count(), uniqExact(kafka_partition, kafka_offset), sum(kafka_offset), "
-                f"count(kafka_value) FROM isk.`{namespace}.{stage.topic}`"
-            )
+    namespaces = ("coldset", "hotset", "merged")
+    answers = clickhouse_rows(
+        stage.gateway,
+        [
+            "SELECT count(), uniqExact(kafka_partition, kafka_offset), sum(kafka_offset), "
+            f"count(kafka_value) FROM isk.`{namespace}.{stage.topic}`"
+            for namespace in namespaces
+        ],
+    )
+    counts = {namespace: rows[0] for namespace, rows in zip(namespaces, answers, strict=True)}
     merged_now = pyiceberg_rows(stage, "merged")
     cold = [r for r in merged_now if r["kafka_offset"] < COLD]
     hot = [r for r in merged_now if r["kafka_offset"] >= DELETED]
