@@ -41,11 +41,14 @@ def start_gateway(
     workdir: Path,
     chunk_records: int,
     extra: str = "",
-    index_interval_seconds: float = 30,
+    index_interval_seconds: float = 0,
     index_yaml: str | None = None,
 ) -> Gateway:
     """Write a config with free ports under ``workdir`` (plus ``extra`` top-level YAML, e.g. a
-    ``lake:`` section) and run it; wait for the ready line."""
+    ``lake:`` section) and run it; wait for the ready line. The background indexer is off
+    unless ``index_interval_seconds`` is given (tables are indexed when loaded): on the run's
+    shared Kafka it would index every topic every test made, a CPU cost growing with the run
+    (measured in a CI run: one gateway 420 CPU-s, against 11 alone)."""
     catalog_port, s3_port = free_ports(2)
     config = workdir / "isk.yaml"
     index, cache = workdir / "index.sqlite", workdir / "cache"
