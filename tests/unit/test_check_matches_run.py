@@ -44,6 +44,9 @@ DUMMY_ENV = {
     "ISK_ACCESS_KEY": "isk",
     "ISK_SECRET_KEY": "isk-secret",
     "BERGSTREAM_CHECKPOINT_DIR": "/tmp/bergstream-checkpoints",
+    # examples/glue.yaml's (what a user on AWS has)
+    "AWS_REGION": "eu-west-1",
+    "GLUE_WAREHOUSE": "s3://lake/warehouse",
 }
 #: Variables naming files, made by the ``env`` fixture: a client properties file, and a TLS key
 #: with its certificate in one PEM file.

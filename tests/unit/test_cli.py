@@ -125,7 +125,8 @@ def test_stack_and_quickstart_come_from_the_devstack_plugin():
         (
             ["stack", "up", "--help"],
             [
-                "--component [kafka|s3|redis|schema-registry|postgres|connect|kdc|oidc]",
+                "--component [kafka|s3|redis|schema-registry|postgres|connect|kdc|oidc|"
+                "rest-catalog]",
                 "--sasl-mechanism [scram-sha-512|oauthbearer|gssapi]",
             ],
         ),
@@ -159,6 +160,7 @@ def test_stack_commands_on_a_home_without_a_stack(tmp_path):
         "connect": False,
         "kdc": False,
         "oidc": False,
+        "rest-catalog": False,
     }
     missing = bergstream("stack", "env")
     assert missing.returncode == 1
