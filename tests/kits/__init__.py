@@ -19,6 +19,8 @@ The stack and its processes:
 - ``debezium``: Debezium connectors on the CDC stack's Kafka Connect worker.
 - ``token_gateway``: an API gateway wanting a bearer token in front of the stack's REST catalog
   (Iceberg's own server).
+- ``clickhouse``: chDB (ClickHouse in process) with ISK's catalog as a ``DataLakeCatalog``
+  database.
 - ``moto_server``: moto's server (AWS S3, Glue and STS on one port) as a process of its own.
 
 ISK (the ``isk`` service):

@@ -1,6 +1,6 @@
 """The ``isk`` service end to end: ``bergstream run`` over a real Kafka, read by PyIceberg's
-RestCatalog (vended S3 settings, through the S3 gateway) and DuckDB's iceberg extension, time
-travel included."""
+RestCatalog (vended S3 settings, through the S3 gateway), DuckDB's iceberg extension and
+ClickHouse (chDB's DataLakeCatalog database), time travel included."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.kits.clickhouse import clickhouse_rows
 from tests.kits.isk_gateway import (
     Gateway,
     attach_isk,
@@ -142,3 +143,39 @@ def test_an_earlier_snapshot_reads_as_it_was(
         connection.close()
     assert then == (23, sum(row["kafka_offset"] for row in earlier_rows))
     assert now is not None and now[0] == 32
+
+
+def test_clickhouse_reads_the_table_and_an_earlier_snapshot(
+    gateway: Gateway, kafka_bootstrap: str, new_topic: Callable[..., str]
+) -> None:
+    """ClickHouse parses the metadata file names ISK serves (``<version>-<uuid>``), reads the
+    live table, and an earlier snapshot by id as it was."""
+    topic = new_topic(partitions=2)
+    produce(kafka_bootstrap, topic, mixed_records(29))
+    earlier_rows = consume_rows(kafka_bootstrap, topic, 29)
+    earlier = gateway.catalog().load_table(f"hotset.{topic}").current_snapshot()
+    assert earlier is not None
+    produce(kafka_bootstrap, topic, mixed_records(6))
+    expected = consume_rows(kafka_bootstrap, topic, 35)
+    sql = (
+        "SELECT count(), sum(kafka_offset), count(kafka_value), sum(length(kafka_headers)) "
+        f"FROM isk.`hotset.{topic}`"
+    )
+    [[now], [then], tables] = clickhouse_rows(
+        gateway,
+        [
+            sql,
+            f"{sql} SETTINGS iceberg_snapshot_id = {earlier.snapshot_id}",
+            "SHOW TABLES FROM isk",
+        ],
+    )
+    listed = {name for (name,) in tables}
+
+    def summary(rows: list[dict[str, Any]]) -> tuple[int, int, int, int]:
+        values = sum(row["kafka_value"] is not None for row in rows)
+        headers = sum(len(row["kafka_headers"]) for row in rows)
+        return (len(rows), sum(row["kafka_offset"] for row in rows), values, headers)
+
+    assert tuple(int(v) for v in now) == summary(expected)
+    assert tuple(int(v) for v in then) == summary(earlier_rows)
+    assert f"hotset.{topic}" in listed, sorted(listed)[:20]

@@ -1,6 +1,6 @@
 """``hotset``, ``coldset`` and ``merged`` of one topic, half of it copied into the coldset by the
 pipeline and the oldest part deleted from Kafka, read through ``bergstream run``'s ``isk``
-service by PyIceberg, DuckDB and Spark, unmodified."""
+service by PyIceberg, DuckDB, ClickHouse and Spark, unmodified."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.kits.clickhouse import clickhouse_rows
 from tests.kits.isk_gateway import attach_isk, duckdb_connection, produce, shared_spark
 from tests.kits.merged_topic import COLD, DELETED, Stage, pyiceberg_rows, run_merged_stage
 
@@ -96,6 +97,31 @@ def test_duckdb_reads_each_namespace(stage: Stage) -> None:
     assert counts["coldset"] == expected(cold)
     assert counts["hotset"] == expected(hot)
     assert counts["merged"] == expected(merged_now)
+
+
+def test_clickhouse_reads_each_namespace(stage: Stage) -> None:
+    """ClickHouse (chDB, its DataLakeCatalog database engine) reads all three tables."""
+    namespaces = ("coldset", "hotset", "merged")
+    answers = clickhouse_rows(
+        stage.gateway,
+        [
+            "SELECT count(), uniqExact(kafka_partition, kafka_offset), sum(kafka_offset), "
+            f"count(kafka_value) FROM isk.`{namespace}.{stage.topic}`"
+            for namespace in namespaces
+        ],
+    )
+    counts = {namespace: rows[0] for namespace, rows in zip(namespaces, answers, strict=True)}
+    merged_now = pyiceberg_rows(stage, "merged")
+    cold = [r for r in merged_now if r["kafka_offset"] < COLD]
+    hot = [r for r in merged_now if r["kafka_offset"] >= DELETED]
+
+    def expected(rows: list[dict[str, Any]]) -> tuple[int, int, int, int]:
+        values = sum(r["kafka_value"] is not None for r in rows)
+        return (len(rows), len(rows), sum(r["kafka_offset"] for r in rows), values)
+
+    assert tuple(int(v) for v in counts["coldset"]) == expected(cold)
+    assert tuple(int(v) for v in counts["hotset"]) == expected(hot)
+    assert tuple(int(v) for v in counts["merged"]) == expected(merged_now)
 
 
 @pytest.fixture(scope="module")
