@@ -15,7 +15,13 @@ if TYPE_CHECKING:
 
     from bergstream.core.api import LakeConfig
 
-__all__ = ["TopicOffsets", "kafka_client_properties", "refused_message", "topic_offsets"]
+__all__ = [
+    "TopicOffsets",
+    "kafka_client_properties",
+    "list_topics",
+    "refused_message",
+    "topic_offsets",
+]
 
 _TIMEOUT_SECONDS = 60
 
@@ -140,6 +146,38 @@ def _list_offsets(
     return {int(tp.partition()): int(info.offset()) for tp, info in dict(result).items()}
 
 
+def _admin(jvm: Any, lake: LakeConfig, options: dict[str, str]) -> Any:
+    props = jvm.java.util.Properties()
+    for key, value in kafka_client_properties(lake, options).items():
+        props.put(key, value)
+    props.put("request.timeout.ms", "30000")
+    props.put("default.api.timeout.ms", str(_TIMEOUT_SECONDS * 1000))
+    return jvm.org.apache.kafka.clients.admin.Admin.create(props)
+
+
+def list_topics(spark: SparkSession, lake: LakeConfig, options: dict[str, str]) -> set[str]:
+    """The names of the cluster's topics the pipeline's client may describe (Kafka's internal
+    topics left out); raises :class:`PipelineSetupError` when Kafka cannot be reached or
+    refuses the client."""
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    admin = _admin(jvm, lake, options)
+    seconds = jvm.java.util.concurrent.TimeUnit.SECONDS
+    try:
+        listing = jvm.org.apache.kafka.clients.admin.ListTopicsOptions().listInternal(False)
+        names = admin.listTopics(listing).names().get(_TIMEOUT_SECONDS, seconds)
+        return {str(name) for name in names}
+    except Exception as error:
+        refused = refused_message(error, "*", lake, options)
+        if refused is not None:
+            raise PipelineSetupError(refused) from None
+        raise PipelineSetupError(
+            f"cannot list the topics of Kafka at {lake.kafka_bootstrap}: {_reason(error)} "
+            "(check lake.kafka_bootstrap and lake.kafka_client against the brokers' listeners)"
+        ) from None
+    finally:
+        admin.close()
+
+
 def topic_offsets(
     spark: SparkSession, lake: LakeConfig, options: dict[str, str], topic: str
 ) -> TopicOffsets:
@@ -147,13 +185,8 @@ def topic_offsets(
     :class:`PipelineSetupError` when the topic does not exist, Kafka cannot be reached or
     refuses the client (:func:`refused_message`)."""
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
-    props = jvm.java.util.Properties()
     bootstrap = lake.kafka_bootstrap
-    for key, value in kafka_client_properties(lake, options).items():
-        props.put(key, value)
-    props.put("request.timeout.ms", "30000")
-    props.put("default.api.timeout.ms", str(_TIMEOUT_SECONDS * 1000))
-    admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
+    admin = _admin(jvm, lake, options)
     seconds = jvm.java.util.concurrent.TimeUnit.SECONDS
     try:
         try:

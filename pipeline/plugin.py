@@ -175,9 +175,21 @@ def register_commands(cli: click.Group) -> None:
 
     @pipeline_group.command("run")
     @_CONFIG_OPTION
-    @_TOPIC_OPTION
     @click.option(
-        "--once", is_flag=True, help="Copy what the topic holds now, then exit (availableNow)."
+        "--topic",
+        "topic_names",
+        multiple=True,
+        help="Kafka topic (its table is named so); repeat it for several topics.",
+    )
+    @click.option(
+        "--topics",
+        "topic_pattern",
+        metavar="REGEX",
+        default=None,
+        help="Also copy every topic whose whole name REGEX matches, new ones included.",
+    )
+    @click.option(
+        "--once", is_flag=True, help="Copy what the topics hold now, then exit (availableNow)."
     )
     @click.option(
         "--metrics-port",
@@ -193,45 +205,85 @@ def register_commands(cli: click.Group) -> None:
     )
     def run_command(
         config_file: Path,
-        topic: str,
+        topic_names: tuple[str, ...],
+        topic_pattern: str | None,
         once: bool,
         metrics_port: int | None,
         metrics_host: str | None,
     ) -> None:
-        """Copy TOPIC into its Iceberg table, exactly once; runs until SIGTERM/Ctrl-C unless
-        --once. Progress goes to stderr, a JSON summary to stdout."""
+        """Copy each topic into its Iceberg table, exactly once, in one Spark application; runs
+        until SIGTERM/Ctrl-C unless --once. Topics: --topic (repeatable) and --topics REGEX,
+        else lake.pipeline.topic and lake.pipeline.topics. Progress goes to stderr, a JSON
+        summary to stdout."""
         from bergstream.core.api import ServiceContext
         from bergstream.pipeline.session import PipelineSetupError
         from bergstream.pipeline.stream import PipelineError, run_pipeline, stop_on_signals
+        from bergstream.pipeline.topic_runs import run_topics
+        from bergstream.pipeline.topics import TopicSelection
         from bergstream.pipeline.typed import topic_typing
 
         config, plugins = _config(config_file)
         lake = _lake(config_file, config)
         try:
-            codecs = topic_typing(ServiceContext(config, plugins, bergstream_home()), topic)
-        except PipelineSetupError as error:
-            raise click.ClickException(str(error)) from None
+            if topic_names or topic_pattern is not None:
+                selection = TopicSelection.of(topic_names, topic_pattern)
+            else:
+                selection = TopicSelection.of(lake.pipeline.topic, lake.pipeline.topics)
+        except ValueError as error:
+            raise click.UsageError(str(error)) from None
+        context = ServiceContext(config, plugins, bergstream_home())
+        single = selection.single
+        codecs = None
+        if single is not None:
+            try:
+                codecs = topic_typing(context, single)
+            except PipelineSetupError as error:
+                raise click.ClickException(str(error)) from None
         stop = stop_on_signals()
         endpoint = _metrics_endpoint(config, lake, metrics_host, metrics_port)
         spark = _spark(lake)
         try:
-            result = run_pipeline(
-                spark,
-                lake,
-                topic,
-                once=once,
-                report=_echo,
-                stop=stop,
-                codecs=codecs,
-                mode=mode_rule_for(config.tables, topic),
-                on_started=endpoint.mark_ready if endpoint is not None else None,
-            )
+            if single is None:
+                many = run_topics(
+                    spark,
+                    lake,
+                    selection,
+                    once=once,
+                    typing_for=lambda topic: topic_typing(context, topic),
+                    mode_for=lambda topic: mode_rule_for(config.tables, topic),
+                    report=_echo,
+                    stop=stop,
+                    on_started=endpoint.mark_ready if endpoint is not None else None,
+                )
+            else:
+                result = run_pipeline(
+                    spark,
+                    lake,
+                    single,
+                    once=once,
+                    report=_echo,
+                    stop=stop,
+                    codecs=codecs,
+                    mode=mode_rule_for(config.tables, single),
+                    on_started=endpoint.mark_ready if endpoint is not None else None,
+                )
         except (PipelineError, PipelineSetupError) as error:
             raise click.ClickException(str(error)) from None
         finally:
             spark.stop()
             if endpoint is not None:
                 asyncio.run(endpoint.stop())
+        if single is None:
+            records = sum(r.records for r in many.results.values())
+            _echo(
+                f"done: {records:,} records from {len(many.results)} topic(s), "
+                f"{many.seconds:.1f} s"
+            )
+            click.echo(json.dumps(many.summary()))
+            if many.failures:
+                failed = ", ".join(f"{f.topic} ({f.error})" for f in many.failures.values())
+                raise click.ClickException(f"{len(many.failures)} topic(s) failed: {failed}")
+            return
         _echo(
             f"done: {result.records:,} records in {result.batches} batch(es), "
             f"{result.seconds:.1f} s"

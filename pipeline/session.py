@@ -56,6 +56,10 @@ def session_conf(
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "4",
+        # One cached Kafka consumer per partition a query reads: a pipeline of many topics reads
+        # hundreds, and with Spark's default (64) the pool closes and reopens consumers on every
+        # batch ("Pool exceeds its soft max size" in the log).
+        "spark.kafka.consumer.cache.capacity": "4096",
         # Spark's default plus the Kafka source's secrets that match none of its words: the JAAS
         # line (username and password) and an inline PEM private key (mutual TLS).
         "spark.redaction.regex": r"(?i)secret|password|token|access[.]?key|jaas|keystore[.]key",

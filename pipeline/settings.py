@@ -23,6 +23,7 @@ from bergstream.core.api import (
     bergstream_home,
     resolve_lake,
 )
+from bergstream.pipeline.topics import compile_topic_pattern
 
 __all__ = [
     "DEFAULT_MASTER",
@@ -79,6 +80,45 @@ class LakePipelineConfig(StrictModel):
         description="Spark master: local[N], spark://host:port, yarn, k8s://https://host:port, "
         "... (client mode: the driver runs in bergstream)",
     )
+    topic: list[str] = Field(
+        default_factory=list,
+        description="topics `pipeline run` copies when no --topic or --topics is given",
+    )
+    topics: str | None = Field(
+        None,
+        description="regular expression: `pipeline run` also copies every topic whose whole name "
+        "it matches (internal topics never), new ones included, when no --topic or --topics "
+        "is given",
+    )
+    topics_refresh_seconds: float = Field(
+        30.0, gt=0, description="how often a pattern is matched again against Kafka's topics"
+    )
+    topic_retry_seconds: float = Field(
+        10.0,
+        gt=0,
+        description="wait before a failed topic's copy starts again (doubled after each "
+        "failure in a row, up to topic_retry_max_seconds); the other topics go on meanwhile",
+    )
+    topic_retry_max_seconds: float = Field(
+        300.0, gt=0, description="the longest wait before a failed topic starts again"
+    )
+    topic_attempts: int = Field(
+        3, ge=1, description="attempts per topic of a --once run before it is reported failed"
+    )
+
+    @field_validator("topics")
+    @classmethod
+    def _check_topics(cls, value: str | None) -> str | None:
+        if value is not None:
+            compile_topic_pattern(value)
+        return value
+
+    @field_validator("topic")
+    @classmethod
+    def _check_topic(cls, value: list[str]) -> list[str]:
+        if any(not name for name in value):
+            raise ValueError("a topic name is empty")
+        return value
 
     @field_validator("master")
     @classmethod

@@ -37,6 +37,7 @@ __all__ = [
     "create_table",
     "ensure_bucket",
     "load_table",
+    "open_catalog",
     "open_table",
     "s3_filesystem_options",
 ]
@@ -262,6 +263,13 @@ def _identifier(
     levels[0] = namespace or lake.namespace
     namespace = jvm.org.apache.iceberg.catalog.Namespace.of(levels)
     return namespace, jvm.org.apache.iceberg.catalog.TableIdentifier.of(namespace, topic)
+
+
+def open_catalog(spark: SparkSession, lake: ResolvedLake) -> None:
+    """Load the lake's catalog into the session once: threads that each open a table then find
+    it loaded (Spark's first load of a JDBC catalog, made by several threads at once, fails).
+    Raises :class:`PipelineSetupError` naming the catalog when it cannot be opened."""
+    _java_catalog(spark, lake)
 
 
 def _java_catalog(spark: SparkSession, lake: ResolvedLake) -> Any:

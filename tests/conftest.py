@@ -69,6 +69,7 @@ SLOW_FILES_FIRST = (
     "tests/current_state/test_cdc_current.py",
     "tests/pipeline/test_cluster.py",
     "tests/pipeline/test_crash.py",
+    "tests/pipeline/test_many_topics.py",
     "tests/failover/test_failover.py",
     "tests/pipeline/test_crash_state.py",
     "tests/isk/current/test_current_upsert.py",
