@@ -29,6 +29,7 @@ import numpy as np
 from aiokafka.client import AIOKafkaClient
 from aiokafka.cluster import ClusterMetadata
 from aiokafka.errors import KafkaError, for_code
+from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition
 from prometheus_client import Counter
@@ -55,6 +56,8 @@ READ_UNCOMMITTED = 0
 _LATEST = -1
 _EARLIEST = -2
 _NO_ERROR = 0
+_UNKNOWN_TOPIC_OR_PARTITION = 3
+_TOPIC_AUTHORIZATION_FAILED = 29
 #: The smallest fetch size asked for once a partition's record size is known.
 _MIN_FETCH_BYTES = 64 * 1024
 #: Tries of one request whose leader moved or whose connection closed, and the first pause.
@@ -277,13 +280,40 @@ class KafkaReader:
         return sorted(t for t in topics if t[:2] != "__")
 
     async def partitions(self, topic: str) -> list[int]:
-        """Partitions of ``topic``; :class:`NoSuchTable` if Kafka does not know it."""
+        """Partitions of ``topic``; :class:`NoSuchTable` if Kafka does not know it (or this
+        client may not describe it). Asks Kafka about this one topic only (a LoadTable must not
+        cost more on a cluster of 10,000 topics than on one of ten), and never lets the request
+        create it (``allow_auto_topic_creation`` false, whatever the brokers'
+        ``auto.create.topics.enable``)."""
         await self.start()
-        metadata = await self._metadata()
-        partitions = metadata.partitions_for_topic(topic)
-        if not partitions:
+
+        async def attempt() -> list[int]:
+            node = self._client.get_random_node()
+            if node is None:
+                raise _Retry("no broker known yet")
+            request = MetadataRequest([topic], allow_auto_topic_creation=False)
+            try:
+                response = await self._client.send(node, request)
+            except KafkaError as error:
+                raise _Retry(str(error) or type(error).__name__) from None
+            for error_code, name, *rest in response.topics:
+                if name != topic:
+                    continue
+                if error_code in (_UNKNOWN_TOPIC_OR_PARTITION, _TOPIC_AUTHORIZATION_FAILED):
+                    raise NoSuchTable(f"no topic {topic!r} in Kafka")
+                if error_code != _NO_ERROR:
+                    if _retriable(error_code):
+                        raise _Retry(f"{topic}: {for_code(error_code).__name__}")
+                    raise ProviderUnavailable(
+                        f"Kafka metadata of {topic}: {for_code(error_code).__name__}"
+                    )
+                partitions = sorted(int(info[1]) for info in rest[-1])
+                if not partitions:
+                    raise NoSuchTable(f"no topic {topic!r} in Kafka")
+                return partitions
             raise NoSuchTable(f"no topic {topic!r} in Kafka")
-        return sorted(partitions)
+
+        return await self._with_retries(f"Kafka metadata of {topic}", attempt)
 
     async def _leader(self, topic: str, partition: int) -> int:
         tp = TopicPartition(topic, partition)

@@ -62,3 +62,7 @@ async def test_offsets_and_ranged_read_committed_fetch(
 
         with pytest.raises(NoSuchTable):
             await reader.partitions(f"{topic}-missing")
+        # Asking about a missing topic never creates it (the stack's brokers have
+        # auto.create.topics.enable, as many clusters do).
+        assert f"{topic}-missing" not in await reader.topics()
+        assert await reader.partitions(topic) == [0, 1]

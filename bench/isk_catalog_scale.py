@@ -1,0 +1,144 @@
+"""ISK's catalog at many topics: LoadTable latency at 10,000 tables against 10, ListTables, the
+memory an idle topic costs and the index size per partition, through the log seam the table
+tests use (``tests/kits/fake_log.py``: real v2 record batches served as a read_committed Fetch
+serves them), so 10,000 topics of 10 partitions (100,000 partitions) fit on this machine.
+
+For each ``--topics`` count (default 10, 1,000 and 10,000), in one process, with one
+``HotsetProvider`` on a SQLite index and a local cache each:
+
+- ``list_ms``: one ListTables of the hotset namespace (every topic, as the REST catalog pages it);
+- ``load_first_ms`` / ``load_again_ms``: the median LoadTable of ``--sample`` topics spread over
+  the catalog, first (the topic indexed on the request: ISK's cost of a topic nobody asked for
+  yet) and again with no new records;
+- ``idle_topic_kb``: Python memory (tracemalloc) the provider holds per topic it loaded once and
+  then left idle, the log's own memory excluded;
+- ``index_bytes_per_partition``: the SQLite index's size over the partitions it indexed.
+
+``ratio`` (last key of the JSON on the last line) is ``load_first_ms`` at the largest count over
+the smallest (goal <= 1.5: nothing on LoadTable's path walks every topic).
+
+    .venv/bin/python bench/isk_catalog_scale.py [--topics 10 1000 10000] [--partitions 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bergstream.plugins.cache_backends.local_disk import LocalDiskCache
+from bergstream.plugins.index_backends.sqlite_index import SqliteIndex
+from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
+from tests.kits.fake_log import FakeLog
+
+T0 = 1_700_000_000_000
+
+
+def build_log(topics: int, partitions: int, records: int) -> tuple[FakeLog, list[str]]:
+    """A fake log of ``topics`` topics of ``partitions`` partitions, ``records`` each."""
+    log = FakeLog()
+    names = [f"topic-{i:05d}" for i in range(topics)]
+    for name in names:
+        log.create(name, partitions)
+        for partition in range(partitions):
+            log.produce(name, partition, records, lambda i: T0 + i, per_batch=records)
+    return log, names
+
+
+async def measure(count: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """The figures at ``count`` topics."""
+    log, names = build_log(count, args.partitions, args.records)
+    index_path = workdir / f"index-{count}.db"
+    provider = HotsetProvider(
+        log,
+        SqliteIndex(index_path),
+        LocalDiskCache(workdir / f"cache-{count}", 1 << 30),
+        bucket="bench",
+        cluster="scale",
+        chunk_records=100_000,
+    )
+    began = time.perf_counter()
+    listed = await provider.list_tables("hotset")
+    list_ms = (time.perf_counter() - began) * 1000
+    assert len(listed) == count
+    step = max(count // (2 * args.sample), 1)
+    spread = names[::step]
+    timed, weighed = spread[0::2][: args.sample], spread[1::2][: args.sample]
+    first: list[float] = []
+    for name in timed:
+        began = time.perf_counter()
+        await provider.load_table("hotset", name)
+        first.append((time.perf_counter() - began) * 1000)
+    again: list[float] = []
+    for name in timed:
+        began = time.perf_counter()
+        await provider.load_table("hotset", name)
+        again.append((time.perf_counter() - began) * 1000)
+    # Memory on other topics than the timed ones (tracemalloc slows Python down).
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for name in weighed:
+        await provider.load_table("hotset", name)
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    sample = timed + weighed
+    partitions = len(sample) * args.partitions
+    return {
+        "topics": count,
+        "partitions": count * args.partitions,
+        "list_ms": round(list_ms, 1),
+        "load_first_ms": round(statistics.median(first), 2),
+        "load_again_ms": round(statistics.median(again), 2),
+        "idle_topic_kb": round(held / max(len(weighed), 1) / 1024, 1),
+        "index_bytes_per_partition": round(index_path.stat().st_size / partitions),
+    }
+
+
+def main() -> None:
+    """Run the benchmark; print a line per topic count and the JSON summary last."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--topics", type=int, nargs="+", default=[10, 1_000, 10_000])
+    parser.add_argument("--partitions", type=int, default=10)
+    parser.add_argument("--records", type=int, default=5, help="per partition")
+    parser.add_argument("--sample", type=int, default=10, help="topics loaded at each count")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-catalog-scale-"))
+    try:
+        # Numba's kernels, imports and first allocations, paid before any count is timed.
+        asyncio.run(measure(3, argparse.Namespace(**{**vars(args), "sample": 2}), workdir))
+        rows = []
+        for count in sorted(args.topics):
+            row = asyncio.run(measure(count, args, workdir))
+            rows.append(row)
+            print(
+                f"{row['topics']:>6,} topics ({row['partitions']:,} partitions): ListTables "
+                f"{row['list_ms']} ms, LoadTable first {row['load_first_ms']} ms, again "
+                f"{row['load_again_ms']} ms, {row['idle_topic_kb']} KB per idle topic, "
+                f"{row['index_bytes_per_partition']} index bytes per partition",
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    ratio = rows[-1]["load_first_ms"] / rows[0]["load_first_ms"]
+    print(
+        f"LoadTable at {rows[-1]['topics']:,} topics / at {rows[0]['topics']:,}: {ratio:.2f} "
+        "(goal <= 1.5)"
+    )
+    print(json.dumps({"counts": rows, "ratio": round(ratio, 3)}))
+
+
+if __name__ == "__main__":
+    main()
