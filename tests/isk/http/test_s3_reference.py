@@ -357,3 +357,40 @@ def test_clients_read_the_same_object_from_both(servers: tuple[str, str]) -> Non
             connection.close()
     for client, (ours, theirs) in results.items():
         assert ours == theirs and len(ours) == 10240, client
+
+
+def test_the_aws_sdk_for_java_reads_the_same_object_from_both(servers: tuple[str, str]) -> None:
+    """The AWS SDK for Java that Spark and Trino read with, through Iceberg's ``S3FileIO`` (in
+    the worker's Spark JVM, where the pipeline's jars put it): whole object, a ranged read and
+    the length, alike from ISK and S3."""
+    from tests.kits.worker_spark import worker_spark
+
+    jvm = worker_spark().sparkContext._jvm
+    key = BLOB.removeprefix("/bergstream/")
+    seen = []
+    for base in servers:
+        properties = jvm.java.util.HashMap()
+        for name, value in {
+            "s3.endpoint": base,
+            "s3.path-style-access": "true",
+            "s3.access-key-id": ACCESS_KEY,
+            "s3.secret-access-key": SECRET_KEY,
+            "client.region": "us-east-1",
+        }.items():
+            properties.put(name, value)
+        io = jvm.org.apache.iceberg.aws.s3.S3FileIO()
+        io.initialize(properties)
+        try:
+            source = io.newInputFile(f"s3://{BUCKET}/{key}")
+            stream = source.newStream()
+            try:
+                whole = bytes(stream.readAllBytes())
+                stream.seek(100)
+                part = bytes(stream.readNBytes(50))
+            finally:
+                stream.close()
+            seen.append((int(source.getLength()), whole, part))
+        finally:
+            io.close()
+    assert seen[0] == seen[1]
+    assert seen[0][0] == 10240 and seen[0][2] == seen[0][1][100:150]
