@@ -213,13 +213,13 @@ class Stage:
                         f"{variant}: current differs from PostgreSQL after {timeout} s: "
                         f"missing {sorted(missing)[:5]}, extra {sorted(extra)[:5]}"
                     )
-                time.sleep(0.5)
+                time.sleep(0.2)
             # The other reader too, until it agrees: a transaction whose changes cancel out
             # (a key inserted and deleted) leaves the expected rows as they were, so PyIceberg may
             # agree before its events arrive and the next reader then see them half applied.
             while read is not self.current and (seen := read(variant)) != expected:
                 assert time.monotonic() < deadline, f"{variant}: {list(seen ^ expected)[:5]}"
-                time.sleep(0.5)
+                time.sleep(0.2)
 
 
 def _values() -> st.SearchStrategy[tuple[Any, ...]]:

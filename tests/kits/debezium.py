@@ -61,6 +61,9 @@ def connector_config(env: dict[str, str], capture: Capture) -> dict[str, str]:
         "snapshot.mode": "initial",
         # Debezium 3 skips truncates by default ("t"): capture every operation.
         "skipped.operations": "none",
+        # How long the task waits for new changes before its next poll (default 500 ms): the
+        # tests wait for every change to arrive, dozens of times each.
+        "poll.interval.ms": "50",
     }
 
 
