@@ -17,7 +17,11 @@ For each ``--topics`` count (default 10, 1,000 and 10,000), in one process, with
 ``ratio`` (last key of the JSON on the last line) is ``load_first_ms`` at the largest count over
 the smallest (goal <= 1.5: nothing on LoadTable's path walks every topic).
 
+With ``--kafka`` the topics are real, on a broker of the local stack (its own, under a temporary
+home), read by ISK's Kafka reader: e.g. 2,000 topics of 5 partitions (10,000 partitions).
+
     .venv/bin/python bench/isk_catalog_scale.py [--topics 10 1000 10000] [--partitions 10]
+    .venv/bin/python bench/isk_catalog_scale.py --kafka --topics 10 2000 --partitions 5
 """
 
 from __future__ import annotations
@@ -56,9 +60,54 @@ def build_log(topics: int, partitions: int, records: int) -> tuple[FakeLog, list
     return log, names
 
 
-async def measure(count: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """The figures at ``count`` topics."""
-    log, names = build_log(count, args.partitions, args.records)
+class RealTopics:
+    """Topics on a real Kafka (the stack's broker, ``--kafka``), created as the counts grow."""
+
+    def __init__(self, bootstrap: str, partitions: int, records: int) -> None:
+        self.bootstrap = bootstrap
+        self.partitions = partitions
+        self.records = records
+        self.names: list[str] = []
+
+    def grow(self, count: int) -> list[str]:
+        """Create topics (and their records) until there are ``count``; their names."""
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        new = [f"topic-{i:05d}" for i in range(len(self.names), count)]
+        for first in range(0, len(new), 200):
+            chunk = new[first : first + 200]
+            futures = admin.create_topics(
+                [NewTopic(name, self.partitions, 1) for name in chunk], operation_timeout=120
+            )
+            for future in futures.values():
+                future.result(timeout=300)
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 50})
+        for name in new:
+            for partition in range(self.partitions):
+                for i in range(self.records):
+                    producer.produce(name, b"value-%d" % i, partition=partition)
+            producer.poll(0)
+        producer.flush(300)
+        self.names.extend(new)
+        return list(self.names)
+
+
+async def measure(
+    count: int, args: argparse.Namespace, workdir: Path, real: RealTopics | None = None
+) -> dict[str, Any]:
+    """The figures at ``count`` topics (on the fake log, or on ``real`` Kafka topics)."""
+    source: Any
+    if real is None:
+        source, names = build_log(count, args.partitions, args.records)
+    else:
+        from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
+
+        names = real.grow(count)
+        source = KafkaReader(real.bootstrap)
+        await source.start()
+    log = source
     index_path = workdir / f"index-{count}.db"
     provider = HotsetProvider(
         log,
@@ -95,6 +144,8 @@ async def measure(count: int, args: argparse.Namespace, workdir: Path) -> dict[s
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     sample = timed + weighed
+    if real is not None:
+        await source.close()
     partitions = len(sample) * args.partitions
     return {
         "topics": count,
@@ -114,14 +165,26 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=10)
     parser.add_argument("--records", type=int, default=5, help="per partition")
     parser.add_argument("--sample", type=int, default=10, help="topics loaded at each count")
+    parser.add_argument(
+        "--kafka",
+        action="store_true",
+        help="real topics on the stack's broker (its own, under a temporary home) instead of "
+        "the fake log, e.g. --kafka --topics 10 2000 --partitions 5",
+    )
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-catalog-scale-"))
+    real = None
+    if args.kafka:
+        from bergstream.devstack.stack import stack_up
+
+        env = stack_up(home=workdir / "home", components={"kafka"}).as_dict()
+        real = RealTopics(env["BERGSTREAM_KAFKA_BOOTSTRAP"], args.partitions, args.records)
     try:
         # Numba's kernels, imports and first allocations, paid before any count is timed.
         asyncio.run(measure(3, argparse.Namespace(**{**vars(args), "sample": 2}), workdir))
         rows = []
         for count in sorted(args.topics):
-            row = asyncio.run(measure(count, args, workdir))
+            row = asyncio.run(measure(count, args, workdir, real))
             rows.append(row)
             print(
                 f"{row['topics']:>6,} topics ({row['partitions']:,} partitions): ListTables "
@@ -131,13 +194,19 @@ def main() -> None:
                 flush=True,
             )
     finally:
+        if real is not None:
+            from bergstream.devstack.stack import stack_down
+
+            stack_down(home=workdir / "home")
         shutil.rmtree(workdir, ignore_errors=True)
     ratio = rows[-1]["load_first_ms"] / rows[0]["load_first_ms"]
     print(
         f"LoadTable at {rows[-1]['topics']:,} topics / at {rows[0]['topics']:,}: {ratio:.2f} "
         "(goal <= 1.5)"
     )
-    print(json.dumps({"counts": rows, "ratio": round(ratio, 3)}))
+    print(
+        json.dumps({"log": "kafka" if real else "fake", "counts": rows, "ratio": round(ratio, 3)})
+    )
 
 
 if __name__ == "__main__":

@@ -12,11 +12,20 @@ brings every table's index up to date with one LoadTable each, then, with a prod
   (RestCatalog, vended S3 settings) queries for ``--single-seconds``;
 - **N clients**: ``--clients`` clients, half DuckDB, half PyIceberg, for ``--seconds``.
 
+Each client is a process of its own, as real users are (started and connected before the clock
+starts), so the clients' harness is not what limits the load: for each phase the bench prints
+queries/s, p50/p99, and the CPU seconds per query of ISK (``/proc``) and of the clients
+separately. The load test (``tests/isk/load``) runs the same clients as threads.
+
 Each query reads ``kafka_partition`` and ``kafka_offset`` of a whole merged table (the topics in
 turn) and is checked: per partition the count equals the largest offset + 1 and the distinct
 offsets (no duplicate, no gap: the topics have no deletes or transactions), the total is at
 least the records acked before the query started and at most those produced when it ended. A
 query that fails or breaks a check is an error; the run fails if any.
+
+The last line's JSON ends with the goals' ratios: ``ratio_16_to_1`` (queries/s at N clients
+over one client's), ``isk_cpu_per_query_ratio`` (ISK's CPU per query at N clients over one
+client's) and ``p99_n_to_p50_1``.
 
 Reported: queries/s and p50/p99 latency of both phases (all queries and per engine), ISK's
 resident memory (baseline after the first loads, peak from the kernel's high-water mark), and
@@ -32,7 +41,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -43,7 +54,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +62,8 @@ BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
 ACCESS_KEY = "isk-load"
 SECRET_KEY = "isk-load-secret"
 ENGINES = ("duckdb", "pyiceberg")
+#: Client processes start fresh interpreters (not forks of one that runs a producer thread).
+_SPAWN = multiprocessing.get_context("spawn")
 
 
 # --------------------------------------------------------------------------- ISK
@@ -186,24 +199,54 @@ class RssSampler:
 # --------------------------------------------------------------------------- producing
 
 
-@dataclass
 class Acks:
-    """Per topic, records handed to the producer and records Kafka acknowledged."""
+    """Per topic, records handed to the producer and records Kafka acknowledged: counters in
+    shared memory, so client processes read them as the producing process writes them."""
 
-    produced: dict[str, int]
-    acked: dict[str, int]
-    failures: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(self, topics: Sequence[str], already: int = 0) -> None:
+        self.topics = list(topics)
+        self._index = {topic: n for n, topic in enumerate(self.topics)}
+        # [produced..., acked...]; the Array's own lock guards both halves.
+        self._counts: Any = _SPAWN.Array("q", [already] * (2 * len(self.topics)))
+        self.failures: list[str] = []
 
     @classmethod
     def of(cls, topics: Sequence[str], already: int = 0) -> Acks:
         """Counts for ``topics``, each holding ``already`` acked records."""
-        return cls({t: already for t in topics}, {t: already for t in topics})
+        return cls(topics, already)
+
+    @property
+    def produced(self) -> dict[str, int]:
+        """Records handed to the producer, by topic."""
+        with self._counts.get_lock():
+            return {t: int(self._counts[n]) for t, n in self._index.items()}
+
+    @property
+    def acked(self) -> dict[str, int]:
+        """Records Kafka acknowledged, by topic."""
+        offset = len(self.topics)
+        with self._counts.get_lock():
+            return {t: int(self._counts[offset + n]) for t, n in self._index.items()}
+
+    def add_produced(self, topic: str, count: int = 1) -> None:
+        """Count ``count`` more records handed to the producer for ``topic``."""
+        with self._counts.get_lock():
+            self._counts[self._index[topic]] += count
+
+    def add_acked(self, topic: str) -> None:
+        """Count one more acknowledged record of ``topic``."""
+        with self._counts.get_lock():
+            self._counts[len(self.topics) + self._index[topic]] += 1
 
     def snapshot(self, topic: str) -> tuple[int, int]:
         """(acked, produced) of ``topic`` now."""
-        with self.lock:
-            return self.acked[topic], self.produced[topic]
+        n = self._index[topic]
+        with self._counts.get_lock():
+            return int(self._counts[len(self.topics) + n]), int(self._counts[n])
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Client processes read the counts; the failures stay with the producing process.
+        return {**self.__dict__, "failures": []}
 
 
 class Producer:
@@ -226,17 +269,15 @@ class Producer:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _delivered(self, error: Any, message: Any) -> None:
-        with self.acks.lock:
-            if error is not None:
-                self.acks.failures.append(str(error))
-            else:
-                self.acks.acked[message.topic()] += 1
+        if error is not None:
+            self.acks.failures.append(str(error))
+        else:
+            self.acks.add_acked(message.topic())
 
     def produce(self, topic: str, count: int) -> None:
         """Produce ``count`` records to ``topic`` now (no wait for their acks)."""
         for _ in range(count):
-            with self.acks.lock:
-                self.acks.produced[topic] += 1
+            self.acks.add_produced(topic)
             while True:
                 try:
                     self._producer.produce(topic, self.value, on_delivery=self._delivered)
@@ -339,6 +380,13 @@ class PyIcebergClient:
         """Nothing to close (HTTP sessions close with the process)."""
 
 
+#: Each engine's client.
+MAKERS: dict[str, Callable[[str], DuckDBClient | PyIcebergClient]] = {
+    "duckdb": DuckDBClient,
+    "pyiceberg": PyIcebergClient,
+}
+
+
 def check(partitions: Partitions, acked_at_start: int, produced_at_end: int) -> str | None:
     """Why a query's answer is wrong, or None: per partition, rows = largest offset + 1 =
     distinct offsets; in total at least ``acked_at_start``, at most ``produced_at_end``."""
@@ -375,14 +423,12 @@ def client_loop(
     acks: Acks,
     deadline: float,
     out: list[Query],
+    clients: dict[str, DuckDBClient | PyIcebergClient] | None = None,
 ) -> None:
     """Run queries until ``deadline``, cycling through ``engines`` and ``topics`` (starting at
-    ``number``); append each to ``out``."""
-    makers: dict[str, Callable[[str], DuckDBClient | PyIcebergClient]] = {
-        "duckdb": DuckDBClient,
-        "pyiceberg": PyIcebergClient,
-    }
-    clients: dict[str, DuckDBClient | PyIcebergClient] = {}
+    ``number``); append each to ``out``. ``clients``: engines' clients made beforehand (the
+    rest are made on first use)."""
+    clients = {} if clients is None else clients
     turn = number
     try:
         while time.monotonic() < deadline:
@@ -394,7 +440,7 @@ def client_loop(
             rows, error = 0, None
             try:
                 if engine not in clients:
-                    clients[engine] = makers[engine](catalog_url)
+                    clients[engine] = MAKERS[engine](catalog_url)
                 answer = clients[engine].query(topic)
                 rows = sum(r for _, r, _, _ in answer)
                 error = check(answer, acked, acks.snapshot(topic)[1])
@@ -440,36 +486,135 @@ def summarize(queries: Sequence[Query], seconds: float) -> dict[str, Any]:
     }
 
 
-def run_clients(
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds process ``pid`` has used (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _client_process(
+    number: int,
+    engines: Sequence[str],
+    catalog_url: str,
+    topics: Sequence[str],
+    acks: Acks,
+    seconds: float,
+    ready: Any,
+    go: Any,
+    results: Any,
+) -> None:
+    """One client in a process of its own, as a real user's: its engines' clients made first
+    (imports and connections before the clock), then queries for ``seconds`` from ``go``; puts
+    its queries and the CPU seconds they took on ``results``."""
+    clients = {engine: MAKERS[engine](catalog_url) for engine in engines}
+    ready.put(number)
+    go.wait()
+    began = _own_cpu_seconds()
+    out: list[Query] = []
+    client_loop(
+        number, engines, catalog_url, topics, acks, time.monotonic() + seconds, out, clients
+    )
+    results.put(([tuple(vars(q).values()) for q in out], _own_cpu_seconds() - began))
+
+
+def _run_in_processes(
     catalog_url: str, topics: Sequence[str], acks: Acks, clients: int, seconds: float
-) -> dict[str, Any]:
-    """``clients`` concurrent clients for ``seconds`` (half DuckDB, half PyIceberg; a single
-    client alternates them): figures overall and per engine, rows read and every error."""
-    queries: list[Query] = []
-    deadline = time.monotonic() + seconds
-    threads = [
-        threading.Thread(
-            target=client_loop,
+) -> tuple[Any, Callable[[], tuple[list[Query], float]]]:
+    """Start ``clients`` client processes and wait until each is ready; return the event that
+    starts them and a function collecting (queries, their CPU seconds)."""
+    ready, go, results = _SPAWN.Queue(), _SPAWN.Event(), _SPAWN.Queue()
+    processes = [
+        _SPAWN.Process(
+            target=_client_process,
             args=(n, ENGINES if clients == 1 else (ENGINES[n % 2],), catalog_url, topics, acks,
-                  deadline, queries),
+                  seconds, ready, go, results),
             daemon=True,
         )
         for n in range(clients)
     ]  # fmt: skip
+    for process in processes:
+        process.start()
+    for _ in processes:
+        ready.get(timeout=300)
+
+    def collect() -> tuple[list[Query], float]:
+        queries: list[Query] = []
+        cpu = 0.0
+        for _ in processes:
+            rows, used = results.get(timeout=seconds + 900)
+            queries.extend(Query(*row) for row in rows)
+            cpu += used
+        for process in processes:
+            process.join(60)
+        return queries, cpu
+
+    return go, collect
+
+
+def run_clients(
+    catalog_url: str,
+    topics: Sequence[str],
+    acks: Acks,
+    clients: int,
+    seconds: float,
+    processes: bool = False,
+    isk_pid: int | None = None,
+) -> dict[str, Any]:
+    """``clients`` concurrent clients for ``seconds`` (half DuckDB, half PyIceberg; a single
+    client alternates them): figures overall and per engine, rows read and every error. With
+    ``processes`` each client runs in a process of its own (as real users do; the bench), else
+    as a thread of this one (the load test). With ``isk_pid``, ISK's CPU seconds in the phase
+    and per query; the clients' CPU per query beside them."""
+    queries: list[Query] = []
+    go: Any = None
+    collect: Callable[[], tuple[list[Query], float]] | None = None
+    threads: list[threading.Thread] = []
+    if processes:
+        go, collect = _run_in_processes(catalog_url, topics, acks, clients, seconds)
+    deadline = time.monotonic() + seconds
+    if not processes:
+        threads = [
+            threading.Thread(
+                target=client_loop,
+                args=(n, ENGINES if clients == 1 else (ENGINES[n % 2],), catalog_url, topics,
+                      acks, deadline, queries),
+                daemon=True,
+            )
+            for n in range(clients)
+        ]  # fmt: skip
     probe_times: list[float] = []
     probe = threading.Thread(
         target=probe_load_tables, args=(catalog_url, topics, deadline, probe_times), daemon=True
     )
+    isk_began = cpu_seconds(isk_pid) if isk_pid is not None else 0.0
     began, cpu = time.monotonic(), time.process_time()
+    if go is not None:
+        go.set()
     for thread in [*threads, probe]:
         thread.start()
     for thread in [*threads, probe]:
         thread.join()
+    if collect is not None:
+        queries, client_cpu = collect()
     elapsed = time.monotonic() - began  # queries started before the deadline end after it
+    isk_cpu = cpu_seconds(isk_pid) - isk_began if isk_pid is not None else None
     result = {"clients": clients, "seconds": round(elapsed, 1), **summarize(queries, elapsed)}
-    # The clients share this process (and its GIL): its CPU seconds and the machine's load
-    # tell whether they, not ISK, were the bottleneck.
-    result["client_process_cpu_s"] = round(time.process_time() - cpu, 1)
+    if collect is None:
+        # Thread clients share this process (and its GIL, and the producer's thread): its CPU
+        # seconds tell whether they, not ISK, were the bottleneck.
+        client_cpu = time.process_time() - cpu
+        result["client_process_cpu_s"] = round(client_cpu, 1)
+    count = max(len(queries), 1)
+    result["client_cpu_s"] = round(client_cpu, 1)
+    result["client_cpu_per_query_s"] = round(client_cpu / count, 3)
+    if isk_cpu is not None:
+        result["isk_cpu_s"] = round(isk_cpu, 1)
+        result["isk_cpu_per_query_s"] = round(isk_cpu / count, 4)
     # ISK's own share of a query: a bare LoadTable (plain HTTP, no engine) timed meanwhile.
     result["probe_load_table"] = summarize(
         [Query("probe", "", t, 0, None) for t in probe_times], elapsed
@@ -575,7 +720,10 @@ def main() -> None:
         phases: list[dict[str, Any]] = []
         with RssSampler(process.pid) as rss, Producer(kafka, topics, acks, args.rate):
             for clients, seconds in ((1, args.single_seconds), (args.clients, args.seconds)):
-                phase = run_clients(catalog_url, topics, acks, clients, seconds)
+                phase = run_clients(
+                    catalog_url, topics, acks, clients, seconds, processes=True,
+                    isk_pid=process.pid,
+                )  # fmt: skip
                 print(f"{clients} client(s): {json.dumps(phase)[:600]}", flush=True)
                 phases.append(phase)
         reads = kafka_reads(before, scrape(ports[2]))
@@ -592,7 +740,6 @@ def main() -> None:
             "first_loads_s": round(first_s, 2),
             "single": single | {"errors": len(single["errors"])},
             "concurrent": many | {"errors": len(many["errors"])},
-            "speedup_queries_s": round(many["queries_s"] / max(single["queries_s"], 1e-9), 2),
             "kafka_reads_during_load": reads,
             "load_table_bytes_at_end": load_bytes,
             "isk_rss_mb": {
@@ -603,6 +750,19 @@ def main() -> None:
             "error_examples": (single["errors"] + many["errors"])[:5],
             "producer_failures": acks.failures[:5],
         }
+        # The goals (issue 34), as ratios within this run: queries/s at N clients over one
+        # client's (>= 1.0), ISK's CPU per query at N over one's (<= 1.2), the N-client p99
+        # over the one-client p50 (<= 16).
+        summary["p99_n_to_p50_1"] = round(many["p99_ms"] / max(single["p50_ms"], 1e-9), 2)
+        summary["ratio_16_to_1"] = round(many["queries_s"] / max(single["queries_s"], 1e-9), 3)
+        summary["isk_cpu_per_query_ratio"] = round(
+            many["isk_cpu_per_query_s"] / max(single["isk_cpu_per_query_s"], 1e-9), 3
+        )
+        print(
+            f"{args.clients} clients / 1: queries/s {summary['ratio_16_to_1']} (goal >= 1.0), "
+            f"ISK CPU per query {summary['isk_cpu_per_query_ratio']} (goal <= 1.2), p99 over "
+            f"one client's p50 {summary['p99_n_to_p50_1']} (goal <= 16)"
+        )
         print(json.dumps(summary))
         if single["errors"] or many["errors"] or acks.failures:
             raise SystemExit("errors during the load (see error_examples)")

@@ -132,6 +132,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if name in HEAVY_FIXTURES
     )
     config.stash[_GROUPS_KEY] = groups
+    heavy: dict[str, Any] = {}
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        for name, definitions in getattr(info, "name2fixturedefs", {}).items():
+            if name in HEAVY_FIXTURES and definitions:
+                heavy[name] = definitions[-1]
+    config.stash[_HEAVY_DEFINITIONS_KEY] = heavy
     written = Path(f"{groups_file}.{config.workerinput['workerid']}")
     written.write_text(json.dumps(groups))
     written.replace(groups_file)  # both workers write the same groups; readers see a whole file
@@ -139,6 +146,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 #: Each file's heavy group, as this xdist worker computed it (absent: not an xdist worker).
 _GROUPS_KEY = pytest.StashKey[dict[str, str]]()
+#: The definition of each heavy fixture the worker's tests use (to end it with its group).
+_HEAVY_DEFINITIONS_KEY = pytest.StashKey[dict[str, Any]]()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -156,9 +165,11 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if group is None or groups.get(_file_of(nextitem)) == group:
         return result
     request = getattr(item, "_request", None)
-    for name, definitions in item._fixtureinfo.name2fixturedefs.items():  # type: ignore[attr-defined]
-        if name in HEAVY_FIXTURES and definitions and request is not None:
-            definitions[-1].finish(request)
+    definitions = item.config.stash.get(_HEAVY_DEFINITIONS_KEY, {})
+    ended = set(group.split("+"))  # a merged group names each heavy group it holds
+    for name, definition in definitions.items():
+        if HEAVY_FIXTURES[name] in ended and request is not None:
+            definition.finish(request)
     return result
 
 

@@ -33,7 +33,8 @@ def worker_spark() -> SparkSession:
     global _session
     from pyspark import SparkContext
 
-    if _session is None or SparkContext._active_spark_context is None:
+    stopped = _session is not None and _session.sparkContext._jsc is None
+    if _session is None or stopped or SparkContext._active_spark_context is None:
         # (a test that started its own session with other settings may have stopped it)
         from bergstream.pipeline.session import build_session
 

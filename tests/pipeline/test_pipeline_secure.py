@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +19,12 @@ import pytest
 from bergstream.core.api import VALUE_ERROR_COLUMN, KafkaClientSettings
 from bergstream.core.config import parse_config
 from bergstream.core.plugins import load_registry
-from bergstream.pipeline.session import PipelineSetupError, attach_catalog, build_session
+from bergstream.pipeline.session import PipelineSetupError, attach_catalog
 from bergstream.pipeline.settings import PipelineLake, pipeline_lake
 from bergstream.pipeline.stream import PipelineError, run_pipeline, worker_fetch_settings
 from bergstream.pipeline.typed import topic_typing
 from tests.kits.avro_registry import typed_context
+from tests.kits.worker_spark import worker_spark
 from tests.pipeline.typed_kit import coldset, sorted_rows
 
 pytestmark = pytest.mark.slow
@@ -68,15 +69,12 @@ def secure_lake(secure_stack_env: dict[str, str], secure_home: Path) -> Pipeline
 
 
 @pytest.fixture(scope="session")
-def secure_spark(secure_stack_env: dict[str, str]) -> Iterator[Any]:
-    """The pipeline tests' Spark session (``build_session`` returns the running one: one
-    local[2] session per test run), without starting the plaintext stack that the ``spark``
-    fixture's default lake needs."""
-    session = build_session({"spark.driver.memory": "1g"})
-    try:
-        yield session
-    finally:
-        session.stop()
+def secure_spark() -> Any:
+    """The worker's Spark session (:func:`~tests.kits.worker_spark.worker_spark`: one local[2]
+    session per test process, kept until it exits, never stopped by a fixture: other files of
+    the worker use it too), without starting the plaintext stack that the ``spark`` fixture's
+    default lake needs."""
+    return worker_spark()
 
 
 @pytest.fixture(scope="module")
