@@ -6,6 +6,7 @@ Benchmarks run as scripts (`python bench/NAME.py`), so this module is imported f
 from __future__ import annotations
 
 import io
+import os
 import re
 import shutil
 import signal
@@ -143,3 +144,9 @@ def synthesis_vs_write_table(
         "write_table_cpu_mb_s": round(megabytes / max(cpu["write_table"], 1e-9), 1),
         "synthesis_vs_write_table": round(wall["write_table"] / wall["synthesis"], 3),
     }
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, every thread) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -58,6 +58,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchkit import cpu_seconds
+
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
 ACCESS_KEY = "isk-load"
 SECRET_KEY = "isk-load-secret"
@@ -484,12 +486,6 @@ def summarize(queries: Sequence[Query], seconds: float) -> dict[str, Any]:
         "p50_ms": round(1000 * statistics.median(times), 1),
         "p99_ms": round(1000 * percentile(times, 0.99), 1),
     }
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds process ``pid`` has used (``/proc/<pid>/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _own_cpu_seconds() -> float:

@@ -28,7 +28,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from benchkit import stop_process
+from benchkit import cpu_seconds, stop_process
 
 from bergstream.devstack.stack import kafka_tool_command, stack_down, stack_up
 from bergstream.devstack.stack.ports import free_port_block
@@ -89,12 +89,6 @@ def consume(bootstrap: str, topic: str, records: int) -> float:
     if seen < records or started is None:
         raise RuntimeError(f"read {seen} of {records} records")
     return time.monotonic() - started
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system, every thread) process ``pid`` has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def delete_all(kafka: str, topic: str, partitions: int) -> None:

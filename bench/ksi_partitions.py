@@ -42,6 +42,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchkit import cpu_seconds
+
 from bergstream.core.lake import LakeCatalogConfig, LakeConfig, load_catalog, resolve_lake
 from bergstream.core.records import Record
 from bergstream.core.typed.row_contract import (
@@ -59,12 +61,6 @@ from tests.kits.coldset_tables import TEST_SPEC
 BERGSTREAM = str(Path(sys.executable).parent / "bergstream")
 RECORDS = 3
 T0 = 1_700_000_000_000
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system, every thread) process ``pid`` has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 #: Partitions per topic.
