@@ -107,10 +107,9 @@ async def measure(
         names = real.grow(count)
         source = KafkaReader(real.bootstrap)
         await source.start()
-    log = source
     index_path = workdir / f"index-{count}.db"
     provider = HotsetProvider(
-        log,
+        source,
         SqliteIndex(index_path),
         LocalDiskCache(workdir / f"cache-{count}", 1 << 30),
         bucket="bench",

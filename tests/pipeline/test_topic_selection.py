@@ -3,7 +3,10 @@ and one topic's retries, without Spark."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -124,3 +127,28 @@ def test_a_continuous_run_retries_until_stopped() -> None:
     run.join(10)
     assert len(calls) == 4  # attempts bound only --once runs
     assert run.failure is not None and run.failure.attempts == 4
+
+
+def test_the_command_refuses_a_bad_pattern_or_no_topic_before_starting_spark(
+    tmp_path: Path,
+) -> None:
+    """``pipeline run`` names the bad pattern (exit 2, no JVM started) and asks for a topic."""
+    from tests.support import BERGSTREAM
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "lake.yaml"
+    env = {
+        **os.environ,
+        "BERGSTREAM_KAFKA_BOOTSTRAP": "127.0.0.1:9",
+        "BERGSTREAM_HOME": str(tmp_path),
+    }
+    bad = subprocess.run(
+        [BERGSTREAM, "pipeline", "run", "-c", str(example), "--topics", "(orders"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2, bad.stderr
+    assert "topic pattern '(orders' is not a regular expression" in bad.stderr
+    none = subprocess.run(
+        [BERGSTREAM, "pipeline", "run", "-c", str(example)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert none.returncode == 2 and "no topic to copy: give --topic" in none.stderr, none.stderr
