@@ -150,3 +150,97 @@ def cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system, every thread) process ``pid`` has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def machine_facts() -> dict[str, Any]:
+    """What makes the same code faster or slower on another machine, for a bench to print
+    beside its figures: CPU model and the vector extensions the kernels and Arrow use, cores,
+    load, memory, transparent huge pages, the allocator Arrow uses, numba's cache (first use
+    compiles, later ones load), the versions of Python, pyarrow and numba."""
+    import platform
+
+    import pyarrow as pa
+
+    cpuinfo = _read("/proc/cpuinfo")
+    model = next(
+        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines()
+         if line.startswith("model name")),
+        platform.processor() or "unknown",
+    )  # fmt: skip
+    flags_line = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), "")
+    flags = set(flags_line.split(":", 1)[1].split()) if flags_line else set()
+    wanted = ("sse4_2", "avx", "avx2", "bmi2", "fma", "avx512f", "avx512bw", "avx512vl")
+    mhz = [
+        float(line.split(":", 1)[1]) for line in cpuinfo.splitlines() if line.startswith("cpu MHz")
+    ]
+    meminfo = {
+        line.split(":")[0]: line.split(":")[1].strip()
+        for line in _read("/proc/meminfo").splitlines()
+        if ":" in line
+    }
+    numba_dir = Path(
+        os.environ.get("NUMBA_CACHE_DIR")
+        or Path(os.environ.get("BERGSTREAM_CACHE", Path.home() / ".cache" / "bergstream")) / "numba"
+    )
+    numba_files = list(numba_dir.rglob("*.nbc")) if numba_dir.is_dir() else []
+    try:
+        import numba
+
+        numba_version = numba.__version__
+    except ImportError:
+        numba_version = "absent"
+    return {
+        "sha256_64mb_s": _single_core_probe(),
+        "cpu_steal_percent_1s": _steal_percent(),
+        "cpu_model": model,
+        "cpu_flags": sorted(f for f in wanted if f in flags),
+        "cpu_mhz_now": round(statistics.mean(mhz)) if mhz else None,
+        "cores": os.cpu_count(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "memory_total": meminfo.get("MemTotal", "unknown"),
+        "memory_available": meminfo.get("MemAvailable", "unknown"),
+        "transparent_hugepages": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "arrow_memory_pool": pa.default_memory_pool().backend_name,
+        "arrow_simd_level": pa.runtime_info().simd_level,
+        "arrow_detected_simd": pa.runtime_info().detected_simd_level,
+        "numba": numba_version,
+        "numba_cached_kernels": len(numba_files),
+        "python": platform.python_version(),
+        "pyarrow": pa.__version__,
+        "kernel": platform.release(),
+    }
+
+
+def _single_core_probe() -> float:
+    """Seconds one core takes to hash 64 MB (SHA-256, best of three): the same figure on two
+    machines says their cores are alike, whatever the model names say."""
+    import hashlib
+
+    data = bytes(64 * 2**20)
+    times = []
+    for _ in range(3):
+        began = time.perf_counter()
+        hashlib.sha256(data).digest()
+        times.append(time.perf_counter() - began)
+    return round(min(times), 4)
+
+
+def _steal_percent(seconds: float = 1.0) -> float:
+    """The share of CPU time the hypervisor gave to others over ``seconds`` (``steal`` in
+    /proc/stat): a shared machine's noise, visible."""
+
+    def sample() -> tuple[int, int]:
+        fields = [int(v) for v in _read("/proc/stat").splitlines()[0].split()[1:]]
+        return sum(fields), fields[7] if len(fields) > 7 else 0
+
+    total_before, steal_before = sample()
+    time.sleep(seconds)
+    total_after, steal_after = sample()
+    return round(100 * (steal_after - steal_before) / max(total_after - total_before, 1), 1)

@@ -40,6 +40,7 @@ The functions above ``main`` are the load test's too (tests/isk_load/test_isk_lo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -53,7 +54,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -331,10 +332,12 @@ class DuckDBClient:
 
     engine = "duckdb"
 
-    def __init__(self, catalog_url: str) -> None:
+    def __init__(self, catalog_url: str, threads: int | None = None) -> None:
         from bergstream.devstack.quickstart.clients import SqlSession, offline_duckdb
 
         self.connection = offline_duckdb()
+        if threads is not None:
+            self.connection.execute(f"SET threads = {int(threads)}")
         self.connection.execute(SqlSession.attach_sql(catalog_url))
 
     def query(self, topic: str) -> Partitions:
@@ -356,8 +359,11 @@ class PyIcebergClient:
 
     engine = "pyiceberg"
 
-    def __init__(self, catalog_url: str) -> None:
+    def __init__(self, catalog_url: str, threads: int | None = None) -> None:
         from pyiceberg.catalog.rest import RestCatalog
+
+        if threads is not None:  # PyIceberg's scan pool reads this when it is first made
+            os.environ["PYICEBERG_MAX_WORKERS"] = str(int(threads))
 
         self.catalog = RestCatalog(f"isk-{uuid.uuid4().hex[:6]}", uri=catalog_url)
 
@@ -382,8 +388,8 @@ class PyIcebergClient:
         """Nothing to close (HTTP sessions close with the process)."""
 
 
-#: Each engine's client.
-MAKERS: dict[str, Callable[[str], DuckDBClient | PyIcebergClient]] = {
+#: Each engine's client (catalog URL, threads per client or None for the engine's default).
+MAKERS: dict[str, Callable[[str, int | None], DuckDBClient | PyIcebergClient]] = {
     "duckdb": DuckDBClient,
     "pyiceberg": PyIcebergClient,
 }
@@ -442,7 +448,7 @@ def client_loop(
             rows, error = 0, None
             try:
                 if engine not in clients:
-                    clients[engine] = MAKERS[engine](catalog_url)
+                    clients[engine] = MAKERS[engine](catalog_url, None)
                 answer = clients[engine].query(topic)
                 rows = sum(r for _, r, _, _ in answer)
                 error = check(answer, acked, acks.snapshot(topic)[1])
@@ -503,11 +509,13 @@ def _client_process(
     ready: Any,
     go: Any,
     results: Any,
+    threads: int | None = None,
 ) -> None:
     """One client in a process of its own, as a real user's: its engines' clients made first
     (imports and connections before the clock), then queries for ``seconds`` from ``go``; puts
-    its queries and the CPU seconds they took on ``results``."""
-    clients = {engine: MAKERS[engine](catalog_url) for engine in engines}
+    its queries and the CPU seconds they took on ``results``. ``threads``: each engine's
+    threads (None: its default, one per core)."""
+    clients = {engine: MAKERS[engine](catalog_url, threads) for engine in engines}
     ready.put(number)
     go.wait()
     began = _own_cpu_seconds()
@@ -519,7 +527,12 @@ def _client_process(
 
 
 def _run_in_processes(
-    catalog_url: str, topics: Sequence[str], acks: Acks, clients: int, seconds: float
+    catalog_url: str,
+    topics: Sequence[str],
+    acks: Acks,
+    clients: int,
+    seconds: float,
+    threads: int | None = None,
 ) -> tuple[Any, Callable[[], tuple[list[Query], float]]]:
     """Start ``clients`` client processes and wait until each is ready; return the event that
     starts them and a function collecting (queries, their CPU seconds)."""
@@ -528,7 +541,7 @@ def _run_in_processes(
         _SPAWN.Process(
             target=_client_process,
             args=(n, ENGINES if clients == 1 else (ENGINES[n % 2],), catalog_url, topics, acks,
-                  seconds, ready, go, results),
+                  seconds, ready, go, results, threads),
             daemon=True,
         )
         for n in range(clients)
@@ -560,18 +573,20 @@ def run_clients(
     seconds: float,
     processes: bool = False,
     isk_pid: int | None = None,
+    client_threads: int | None = None,
 ) -> dict[str, Any]:
     """``clients`` concurrent clients for ``seconds`` (half DuckDB, half PyIceberg; a single
     client alternates them): figures overall and per engine, rows read and every error. With
     ``processes`` each client runs in a process of its own (as real users do; the bench), else
     as a thread of this one (the load test). With ``isk_pid``, ISK's CPU seconds in the phase
-    and per query; the clients' CPU per query beside them."""
+    and per query; the clients' CPU per query beside them. ``client_threads``: each process
+    client's engine threads (None: the engine's default)."""
     queries: list[Query] = []
     go: Any = None
     collect: Callable[[], tuple[list[Query], float]] | None = None
     threads: list[threading.Thread] = []
     if processes:
-        go, collect = _run_in_processes(catalog_url, topics, acks, clients, seconds)
+        go, collect = _run_in_processes(catalog_url, topics, acks, clients, seconds, client_threads)
     deadline = time.monotonic() + seconds
     if not processes:
         threads = [
@@ -648,6 +663,28 @@ def load_table_bytes(catalog_url: str, topic: str) -> int:
 # --------------------------------------------------------------------------- the bench
 
 
+@contextlib.contextmanager
+def profiled(pid: int, prefix: Path | None, clients: int, seconds: float) -> Iterator[None]:
+    """Record ``pid`` with py-spy (collapsed stacks, GIL and idle excluded) while the block runs,
+    into ``<prefix>-<clients>.txt``; nothing without ``prefix``."""
+    if prefix is None:
+        yield
+        return
+    spy = str(Path(sys.executable).parent / "py-spy")
+    out = Path(f"{prefix}-{clients}.txt")
+    recorder = subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
+         "--duration", str(int(seconds) + 5), "--output", str(out), "--nonblocking"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield
+    finally:
+        recorder.terminate()
+        recorder.wait(30)
+        print(f"profile of {clients} client(s): {out}", flush=True)
+
+
 def start_isk(workdir: Path, config_text: str) -> subprocess.Popen[bytes]:
     """``bergstream run`` on ``config_text``, once it printed its ready line."""
     config = workdir / "isk.yaml"
@@ -684,6 +721,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60, help="of the N-client phase")
     parser.add_argument("--single-seconds", type=float, default=30, help="of the 1-client phase")
     parser.add_argument("--quick", action="store_true", help="20k records, 20 s + 10 s")
+    parser.add_argument(
+        "--client-threads",
+        type=int,
+        default=1,
+        help="threads of each client's engine (DuckDB's threads, PyIceberg's max-workers); 0: "
+        "the engine's default, one per core (see the module doc)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="record ISK with py-spy in each phase: PREFIX-1.txt, PREFIX-N.txt (collapsed "
+        "stacks; py-spy must be installed)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
     if args.quick:
@@ -716,10 +766,11 @@ def main() -> None:
         phases: list[dict[str, Any]] = []
         with RssSampler(process.pid) as rss, Producer(kafka, topics, acks, args.rate):
             for clients, seconds in ((1, args.single_seconds), (args.clients, args.seconds)):
-                phase = run_clients(
-                    catalog_url, topics, acks, clients, seconds, processes=True,
-                    isk_pid=process.pid,
-                )  # fmt: skip
+                with profiled(process.pid, args.profile, clients, seconds):
+                    phase = run_clients(
+                        catalog_url, topics, acks, clients, seconds, processes=True,
+                        isk_pid=process.pid, client_threads=args.client_threads or None,
+                    )  # fmt: skip
                 print(f"{clients} client(s): {json.dumps(phase)[:600]}", flush=True)
                 phases.append(phase)
         reads = kafka_reads(before, scrape(ports[2]))
@@ -732,6 +783,7 @@ def main() -> None:
             "record_bytes": args.record_size,
             "chunk_records": args.chunk_records,
             "rate": args.rate,
+            "client_threads": args.client_threads or "default",
             "produced_during_load": sum(acks.acked.values()) - args.records * len(topics),
             "first_loads_s": round(first_s, 2),
             "single": single | {"errors": len(single["errors"])},

@@ -26,9 +26,12 @@ about ten times slower than local files, so this second baseline shows what is I
 Goals (issue 5): ISK warm within 1.2x of the physical table, cold within 3x; synthesis at least
 200 MB/s per core. Goals (issue 17), against the same files on the S3 server: cold within 1.5x,
 warm within 1.0x; ISK's CPU seconds per GB synthesized in a cold query are printed beside
-them. The machine is shared: compare ratios, not absolute times. ``--parquet-compression`` sets
-ISK's codec; ``--profile-cold DIR`` samples ISK with py-spy during the first cold query of each
-engine.
+them. The machine is shared: compare ratios, not absolute times. The summary's ``machine``
+(printed first) holds what differs between machines: CPU model, vector flags and a single-core
+probe (SHA-256 of 64 MB), steal time, transparent huge pages, Arrow's allocator and SIMD level,
+numba's cached kernels (none: the first cold query compiles them), versions.
+``--parquet-compression`` sets ISK's codec; ``--profile-cold DIR`` samples ISK with py-spy
+during the first cold query of each engine.
 
     .venv/bin/python bench/isk_query.py [--records 1000000] [--quick]
 """
@@ -54,7 +57,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from benchkit import create_topic, perf_produce, remove_workdir, synthesis_vs_write_table
+from benchkit import (
+    create_topic,
+    machine_facts,
+    perf_produce,
+    remove_workdir,
+    synthesis_vs_write_table,
+)
 
 from bergstream.core.lake import LakeConfig, load_catalog, resolve_lake
 from bergstream.devstack.quickstart.clients import (
@@ -629,7 +638,10 @@ def main() -> None:
         "chunk_records": args.chunk_records,
         "parquet_compression": args.parquet_compression,
         "query": QUERY.format(table="T"),
+        # Measured before anything starts: what tells a slow machine from a slow path.
+        "machine": machine_facts(),
     }
+    print(f"machine: {json.dumps(summary['machine'])}", flush=True)
     try:
         env = stack_up(home=home, components={"kafka", "s3"}).as_dict()
         kafka = env["BERGSTREAM_KAFKA_BOOTSTRAP"]
