@@ -26,9 +26,11 @@ import argparse
 import json
 import resource
 import shutil
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +46,13 @@ from bergstream.pipeline.topic_runs import run_topics
 from bergstream.pipeline.topics import TopicSelection
 
 
-def _lake(kafka: str, home: Path, namespace: str, trigger: float = 10.0) -> PipelineLake:
+def _lake(
+    kafka: str, home: Path, namespace: str, trigger: float = 10.0, group: bool = True
+) -> PipelineLake:
     return resolve_pipeline_lake(
         LakeConfig(kafka_bootstrap=kafka, namespace=namespace),
         home=home,
-        pipeline=LakePipelineConfig(trigger_interval_seconds=trigger),
+        pipeline=LakePipelineConfig(trigger_interval_seconds=trigger, group_topics=group),
     )
 
 
@@ -57,15 +61,28 @@ def copy_one(spark: Any, kafka: str, home: Path, topic: str, namespace: str) -> 
     lake = _lake(kafka, home, namespace)
     attach_catalog(spark, lake)
     began = time.monotonic()
-    result = run_pipeline(spark, lake, topic, once=True, report=lambda line: None)
+    result = run_pipeline(spark, lake, topic, once=True, report=_progress(began))
     return time.monotonic() - began, result.records
 
 
+#: --verbose: print the runs' progress lines (stderr), with the seconds since the run began.
+VERBOSE = False
+
+
+def _progress(began: float) -> Callable[[str], None]:
+    def report(line: str) -> None:
+        if VERBOSE:
+            print(f"{time.monotonic() - began:7.1f} s {line}", file=sys.stderr, flush=True)
+
+    return report
+
+
 def copy_many(
-    spark: Any, kafka: str, home: Path, topics: list[str], namespace: str
+    spark: Any, kafka: str, home: Path, topics: list[str], namespace: str, group: bool = True
 ) -> tuple[float, int]:
-    """``pipeline run --topics ... --once`` of ``topics`` into fresh tables: (seconds, records)."""
-    lake = _lake(kafka, home, namespace)
+    """``pipeline run --topics ... --once`` of ``topics`` into fresh tables: (seconds, records);
+    ``group``: ``lake.pipeline.group_topics`` (one query for all, else one per topic)."""
+    lake = _lake(kafka, home, namespace, group=group)
     attach_catalog(spark, lake)
     began = time.monotonic()
     result = run_topics(
@@ -75,7 +92,7 @@ def copy_many(
         once=True,
         typing_for=lambda topic: None,
         mode_for=lambda topic: None,
-        report=lambda line: None,
+        report=_progress(began),
     )
     seconds = time.monotonic() - began
     assert not result.failures, result.summary()["failed"]
@@ -144,7 +161,18 @@ def main() -> None:
     parser.add_argument("--big-partitions", type=int, default=6, help="of the big topic")
     parser.add_argument("--driver-memory", default="3g")
     parser.add_argument("--rounds", type=int, default=2, help="best of this many runs each")
+    parser.add_argument("--verbose", action="store_true", help="print the runs' progress")
+    parser.add_argument(
+        "--per-topic-queries",
+        action="store_true",
+        help="also copy the small topics with group_topics: false (one query per topic)",
+    )
+    parser.add_argument(
+        "--skip-memory", action="store_true", help="no continuous runs (memory not measured)"
+    )
     args = parser.parse_args()
+    global VERBOSE
+    VERBOSE = args.verbose
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-many-topics-"))
     home = workdir / "home"
@@ -156,6 +184,7 @@ def main() -> None:
     spark = None
     one: list[float] = []
     many: list[float] = []
+    per_topic_queries: list[float] = []
     try:
         create_topic(kafka, big, args.big_partitions)
         perf_produce(kafka, big, args.records, args.record_size)
@@ -168,6 +197,8 @@ def main() -> None:
         spark = build_session({"spark.driver.memory": args.driver_memory})
         for round_ in range(args.rounds):
             order = ("one", "many") if round_ % 2 == 0 else ("many", "one")
+            if args.per_topic_queries:
+                order = (*order, "per_topic_queries")
             for which in order:
                 namespace = f"bench_{which}_{round_}"
                 if which == "one":
@@ -175,17 +206,22 @@ def main() -> None:
                     assert records == args.records, f"one copied {records:,}"
                     one.append(seconds)
                 else:
-                    seconds, records = copy_many(spark, kafka, home, small, namespace)
-                    assert records == per_topic * args.topics, f"many copied {records:,}"
-                    many.append(seconds)
+                    group = which == "many"
+                    seconds, records = copy_many(spark, kafka, home, small, namespace, group)
+                    assert records == per_topic * args.topics, f"{which} copied {records:,}"
+                    (many if group else per_topic_queries).append(seconds)
                 print(
                     f"round {round_}: {which} {seconds:.1f} s, {records / seconds:,.0f} records/s",
                     flush=True,
                 )
-        heap_one, rss_one = continuous_memory(spark, kafka, home, [big], "mem_one", args.records)
-        heap_many, rss_many = continuous_memory(
-            spark, kafka, home, small, "mem_many", per_topic * args.topics
-        )
+        heap_one = heap_many = rss_one = rss_many = 0.0
+        if not args.skip_memory:
+            heap_one, rss_one = continuous_memory(
+                spark, kafka, home, [big], "mem_one", args.records
+            )
+            heap_many, rss_many = continuous_memory(
+                spark, kafka, home, small, "mem_many", per_topic * args.topics
+            )
     finally:
         if spark is not None:
             spark.stop()
@@ -203,6 +239,11 @@ def main() -> None:
         "heap_mb_many_topics": round(heap_many, 1),
         "heap_mb_per_topic": round((heap_many - heap_one) / extra, 2),
         "python_rss_mb_per_topic": round((rss_many - rss_one) / extra, 2),
+        "per_topic_queries_ratio": (
+            round((per_topic * args.topics / min(per_topic_queries)) / (args.records / min(one)), 3)
+            if per_topic_queries
+            else None
+        ),
         "ratio": round((per_topic * args.topics / min(many)) / (args.records / min(one)), 3),
     }
     print(

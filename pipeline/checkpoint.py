@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -16,7 +17,13 @@ from pathlib import Path
 
 from bergstream.pipeline.session import PipelineSetupError
 
-__all__ = ["batch_end_offsets", "checkpoint_path", "topic_lock"]
+__all__ = [
+    "batch_end_offsets",
+    "batch_end_offsets_by_topic",
+    "checkpoint_path",
+    "group_checkpoint_path",
+    "topic_lock",
+]
 
 
 def _safe(name: str) -> str:
@@ -59,6 +66,15 @@ def batch_end_offsets(checkpoint: Path, batch_id: int, topic: str) -> dict[int, 
     """The end offsets (next offset per partition) of micro-batch ``batch_id``, from Spark's
     offset log ``<checkpoint>/offsets/<batch_id>`` (written before the batch runs: a version
     line, a metadata line, then one JSON line per source)."""
+    offsets = batch_end_offsets_by_topic(checkpoint, batch_id)
+    if topic not in offsets:
+        path = checkpoint / "offsets" / str(batch_id)
+        raise PipelineSetupError(f"Spark's offset log {path} has no offsets for topic '{topic}'")
+    return offsets[topic]
+
+
+def batch_end_offsets_by_topic(checkpoint: Path, batch_id: int) -> dict[str, dict[int, int]]:
+    """The end offsets of micro-batch ``batch_id`` of every topic its source reads."""
     path = checkpoint / "offsets" / str(batch_id)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -67,6 +83,15 @@ def batch_end_offsets(checkpoint: Path, batch_id: int, topic: str) -> dict[int, 
     if len(lines) < 3 or not lines[0].startswith("v"):
         raise PipelineSetupError(f"Spark's offset log {path} has an unknown format: {lines[:3]}")
     offsets = json.loads(lines[2])
-    if topic not in offsets:
-        raise PipelineSetupError(f"Spark's offset log {path} has no offsets for topic '{topic}'")
-    return {int(partition): int(offset) for partition, offset in offsets[topic].items()}
+    return {
+        topic: {int(partition): int(offset) for partition, offset in partitions.items()}
+        for topic, partitions in offsets.items()
+    }
+
+
+def group_checkpoint_path(root: Path, namespace: str, tables: dict[str, str]) -> Path:
+    """``root/<namespace>._groups/<digest>``: the checkpoint of one streaming query copying
+    the topics of ``tables`` (topic: table UUID); another set of topics or tables gets another
+    directory (a query's checkpoint is bound to the topics it subscribed to)."""
+    digest = hashlib.sha256(json.dumps(sorted(tables.items())).encode()).hexdigest()[:24]
+    return root / _safe(f"{namespace}._groups") / digest

@@ -276,8 +276,7 @@ def register_commands(cli: click.Group) -> None:
         if single is None:
             records = sum(r.records for r in many.results.values())
             _echo(
-                f"done: {records:,} records from {len(many.results)} topic(s), "
-                f"{many.seconds:.1f} s"
+                f"done: {records:,} records from {len(many.results)} topic(s), {many.seconds:.1f} s"
             )
             click.echo(json.dumps(many.summary()))
             if many.failures:

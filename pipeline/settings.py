@@ -105,6 +105,12 @@ class LakePipelineConfig(StrictModel):
     topic_attempts: int = Field(
         3, ge=1, description="attempts per topic of a --once run before it is reported failed"
     )
+    group_topics: bool = Field(
+        True,
+        description="copy the raw append topics of a run (no codecs: rule, mode append) in one "
+        "streaming query: one Kafka read and one write job per micro-batch for all of them, "
+        "one commit per table; false: one query per topic",
+    )
 
     @field_validator("topics")
     @classmethod

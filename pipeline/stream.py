@@ -43,8 +43,8 @@ from bergstream.pipeline.batch_rows import BatchRows, batch_ranges
 from bergstream.pipeline.checkpoint import batch_end_offsets, checkpoint_path, topic_lock
 from bergstream.pipeline.kafka import (
     TopicOffsets,
-    kafka_client_properties,
     refused_message,
+    source_client_properties,
     topic_offsets,
 )
 from bergstream.pipeline.kafka_fetch import FetchSettings
@@ -72,7 +72,15 @@ from bergstream.pipeline.typed_batch import TypedBatches
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["PipelineError", "RunResult", "run_pipeline", "starting_offsets"]
+__all__ = [
+    "PipelineError",
+    "RunResult",
+    "kafka_rows",
+    "keep_condition",
+    "run_pipeline",
+    "starting_offsets",
+    "stop_between_batches",
+]
 
 Report = Callable[[str], None]
 
@@ -136,7 +144,9 @@ def starting_offsets(
     return {offsets.topic: start}
 
 
-def _keep_condition(boundary: Boundary) -> Column:
+def keep_condition(boundary: Boundary) -> Column:
+    """Spark's condition keeping the rows at or past ``boundary`` (every row of a partition
+    it does not cover)."""
     from pyspark.sql import functions as F
 
     partition, offset = F.col("kafka_partition"), F.col("kafka_offset")
@@ -151,7 +161,7 @@ def _source(
 
     settings = lake.pipeline
     reader = spark.readStream.format("kafka")
-    for key, value in kafka_client_properties(lake.config, settings.kafka_options).items():
+    for key, value in source_client_properties(lake.config, settings.kafka_options).items():
         reader = reader.option(f"kafka.{key}", value)
     reader = (
         reader.option("subscribe", topic)
@@ -165,12 +175,13 @@ def _source(
     return kafka_rows(reader.load())
 
 
-def kafka_rows(frame: DataFrame) -> DataFrame:
+def kafka_rows(frame: DataFrame, with_topic: bool = False) -> DataFrame:
     """The row contract's columns of a Spark Kafka source frame (``includeHeaders``), a record
-    without headers given an empty list."""
+    without headers given an empty list; ``with_topic``: its ``topic`` column first."""
     from pyspark.sql import functions as F
 
     return frame.select(
+        *([F.col("topic")] if with_topic else []),
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
         F.col("timestamp").alias("kafka_timestamp"),
@@ -246,7 +257,7 @@ class BatchWriter:
         if all(offset <= old.get(partition, 0) for partition, offset in end.items()):
             self.catch_up_state()  # a replay of a batch the log table already has
             return
-        rows = batch.where(_keep_condition(old))
+        rows = batch.where(keep_condition(old))
         if rows.isEmpty():
             return  # only aborted records or transaction markers: no snapshot
         new = merge_boundaries(old, end)
@@ -342,7 +353,7 @@ class BatchWriter:
         )
 
 
-def _stop_between_batches(query: Any, patience_seconds: float = 120) -> None:
+def stop_between_batches(query: Any, patience_seconds: float = 120) -> None:
     """Stop the query once no batch is running (stopping interrupts a running batch: safe, the
     commit is atomic, but the batch's work is lost), waiting at most ``patience_seconds``."""
     deadline = time.monotonic() + patience_seconds
@@ -362,7 +373,7 @@ def _await(query: Any, once: bool, stop: threading.Event, topic: str) -> None:
             query.awaitTermination(1)
             record_source_progress(topic, query.lastProgress)
         if not once:
-            _stop_between_batches(query)
+            stop_between_batches(query)
         query.awaitTermination()  # raises what ended a failed query
     except StreamingQueryException as error:
         FAILURES.labels(topic, failure_cause(error)).inc()

@@ -282,8 +282,7 @@ def _java_catalog(spark: SparkSession, lake: ResolvedLake) -> Any:
     except Exception as error:
         where = lake.catalog_uri or lake.config.catalog.glue.endpoint or "AWS"
         raise PipelineSetupError(
-            f"cannot open the {lake.catalog_type} catalog '{lake.catalog_name}' at {where}: "
-            f"{error}"
+            f"cannot open the {lake.catalog_type} catalog '{lake.catalog_name}' at {where}: {error}"
         ) from error
 
 

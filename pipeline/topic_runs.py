@@ -11,6 +11,11 @@ its own), so exactly once holds per topic as it does for a single one.
   gets its query without a restart.
 - ``once``: every topic selected at the start is copied up to what Kafka holds then; a topic that
   failed ``topic_attempts`` times is reported failed, the others still finish.
+- With ``lake.pipeline.group_topics`` (the default), the raw append topics selected at the start
+  share one streaming query (:mod:`~bergstream.pipeline.topic_group`): a topic whose table
+  refuses a commit leaves it for a query of its own (with the retries above) and the group goes
+  on without it; a group that fails as a whole hands every topic to a query of its own. Topics
+  found later by the pattern run on queries of their own.
 """
 
 from __future__ import annotations
@@ -18,16 +23,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bergstream.core.api import TableModeRule
+from bergstream.core.api import TableMode, TableModeRule
 from bergstream.pipeline.kafka import list_topics
 from bergstream.pipeline.metrics import FAILURES, failure_cause
 from bergstream.pipeline.session import PipelineSetupError
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import RunResult, run_pipeline
-from bergstream.pipeline.tables import open_catalog
+from bergstream.pipeline.tables import LakeTable, open_catalog, open_table
+from bergstream.pipeline.topic_group import GroupMembersFailed, group_target, run_group
 from bergstream.pipeline.topics import TopicSelection
 from bergstream.pipeline.typed import TopicTyping
 
@@ -129,6 +136,86 @@ class _TopicRun(threading.Thread):
                 self._stop_event.wait(delay)
 
 
+class _GroupRun(threading.Thread):
+    """The group's copy: started again without the topics whose tables refused a commit (each
+    handed to ``eject``); a failure of the whole group hands every topic to ``eject``."""
+
+    def __init__(
+        self,
+        members: dict[str, LakeTable],
+        start: Callable[[dict[str, LakeTable], Callable[[], None]], dict[str, RunResult]],
+        *,
+        stop: threading.Event,
+        report: Report,
+        started: Callable[[str], None],
+        eject: Callable[[str, str], None],
+    ) -> None:
+        super().__init__(name="bergstream-pipeline-group", daemon=True)
+        self.members = dict(members)
+        self._start_copy = start
+        self._stop_event = stop
+        self._report = report
+        self._on_started = started
+        self._eject = eject
+        self.results: dict[str, RunResult] = {}
+
+    def _members_started(self) -> None:
+        for topic in self.members:
+            self._on_started(topic)
+
+    def run(self) -> None:
+        while self.members and not self._stop_event.is_set():
+            try:
+                self.results.update(self._start_copy(dict(self.members), self._members_started))
+                return
+            except GroupMembersFailed as error:
+                for topic, message in sorted(error.failures.items()):
+                    self.members.pop(topic, None)
+                    self._report(f"[{topic}] leaves the group: {message}")
+                    self._eject(topic, message)
+            except Exception as error:  # the others must go on: each alone
+                message = _one_line(error)
+                self._report(f"the group of {len(self.members)} topic(s) failed: {message}; "
+                             "each of its topics goes on in a query of its own")  # fmt: skip
+                for topic in sorted(self.members):
+                    self._eject(topic, message)
+                self.members.clear()
+                return
+
+
+def _group_members(
+    spark: SparkSession,
+    lake: PipelineLake,
+    topics: list[str],
+    typing_for: Callable[[str], TopicTyping | None],
+    mode_for: Callable[[str], TableModeRule | None],
+    report: Report,
+) -> dict[str, LakeTable]:
+    """The topics of ``topics`` that can share a query, with their tables (created if new):
+    no codecs, append mode, a table the group's workers can write (:func:`group_target`)."""
+
+    def joinable(topic: str) -> bool:
+        mode = mode_for(topic)
+        return typing_for(topic) is None and (mode is None or mode.mode is TableMode.APPEND)
+
+    def member(topic: str) -> LakeTable | None:
+        try:
+            table = open_table(spark, lake, topic, create=True)
+        except Exception as error:  # its own query reports it, with retries
+            report(f"[{topic}] runs alone: {_one_line(error)}")
+            return None
+        return table if group_target(table) is not None else None
+
+    candidates = [t for t in topics if joinable(t)]
+    # Tables load (or are created) through the catalog one round trip after another: a few at
+    # once, as the topics' own queries would. The first alone: it may create the namespace,
+    # which two at once would both try (the JDBC catalog's insert fails for the second).
+    tables = [member(t) for t in candidates[:1]]
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="bergstream-open") as pool:
+        tables += list(pool.map(member, candidates[1:]))
+    return {t: table for t, table in zip(candidates, tables, strict=True) if table is not None}
+
+
 def run_topics(
     spark: SparkSession,
     lake: PipelineLake,
@@ -213,12 +300,36 @@ def run_topics(
             runs[topic] = run
             run.start()
 
-    launch(initial)
+    group: _GroupRun | None = None
+    members: dict[str, LakeTable] = {}
+    if settings.group_topics and len(initial) > 1:
+        members = _group_members(spark, lake, initial, typing_for, mode_for, report)
+    if len(members) > 1:
+
+        def start_group(
+            tables: dict[str, LakeTable], on_run: Callable[[], None]
+        ) -> dict[str, RunResult]:
+            return run_group(
+                spark, lake, tables, once=once, stop=stop, report=report, on_started=on_run
+            )
+
+        group = _GroupRun(
+            members,
+            start_group,
+            stop=stop,
+            report=report,
+            started=started,
+            eject=lambda topic, _error: launch([topic]),
+        )
+        group.start()
+    launch([t for t in initial if group is None or t not in group.members])
     if not initial and on_started is not None:
         on_started()
         started_called = True
     try:
         if once:
+            while group is not None and group.is_alive():
+                group.join(1)
             for run in list(runs.values()):
                 while run.is_alive():
                     run.join(1)
@@ -229,7 +340,12 @@ def run_topics(
                     continue
                 next_listing = time.monotonic() + settings.topics_refresh_seconds
                 try:
-                    new = [t for t in selection.select(topic_lister()) if t not in runs]
+                    grouped = group.members if group is not None else {}
+                    new = [
+                        t
+                        for t in selection.select(topic_lister())
+                        if t not in runs and t not in grouped
+                    ]
                 except PipelineSetupError as error:
                     report(f"cannot list Kafka's topics (the running copies go on): {error}")
                     continue
@@ -238,9 +354,13 @@ def run_topics(
                     launch(new)
     finally:
         stop.set()  # continuous runs end here too: each query stops between batches
-        for run in runs.values():
+        if group is not None:
+            group.join()
+        for run in list(runs.values()):
             run.join()
     result = TopicsResult(seconds=time.monotonic() - began)
+    if group is not None:
+        result.results.update(group.results)
     for topic, run in runs.items():
         if run.result is not None:
             result.results[topic] = run.result

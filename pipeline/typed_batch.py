@@ -342,7 +342,11 @@ class TypedBatches:
         """How workers would write ``layout``'s files into the table (``base``: its current
         schema and properties); None: through Spark's writer."""
         return file_target(
-            layout, self.table.partition_spec(), self.table.data_location(), base.properties, {}
+            layout.arrow_schema,
+            self.table.partition_spec(),
+            self.table.data_location(),
+            base.properties,
+            {},
         )
 
     def _layout_of_shapes(
@@ -431,7 +435,7 @@ class TypedBatches:
                 f"{layout.schema}"
             )
         return file_target(
-            layout,
+            layout.arrow_schema,
             self.table.partition_spec(),
             self.table.data_location(),
             current.properties,

@@ -37,13 +37,14 @@ import pyarrow.parquet as pq
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform
 
-from bergstream.core.api import PARTITION_ID, TIMESTAMP_ID, TypedLayout
+from bergstream.core.api import PARTITION_ID, TIMESTAMP_ID
 from bergstream.pipeline.typed_worker import DecodeJob, Tally, decode_batch
 
 __all__ = [
     "WRITTEN_FILES_SCHEMA",
     "FileTarget",
     "TableStorage",
+    "TaskFiles",
     "WrittenFile",
     "file_target",
     "write_files",
@@ -74,6 +75,7 @@ class WrittenFile:
     kafka_partition: int
     time_bucket: int  # days (or hours) since the epoch of its records' timestamps
     size: int
+    records: int = 0  # rows in the file (0: not counted)
 
 
 @dataclass(frozen=True)
@@ -115,15 +117,16 @@ def _time_unit(spec: PartitionSpec) -> str | None:
 
 
 def file_target(
-    layout: TypedLayout,
+    schema: pa.Schema,
     spec: PartitionSpec,
     data_location: str,
     properties: Mapping[str, str],
     s3_options: Mapping[str, Any],
 ) -> FileTarget | None:
     """How workers write files of a table with ``spec``, ``data_location`` and
-    ``properties`` for ``layout``'s rows; None when Spark's writer must do it (see the module
-    docstring)."""
+    ``properties`` for rows of ``schema`` (Arrow, Parquet field ids in its metadata: a typed
+    layout's ``arrow_schema``, or the row contract's); None when Spark's writer must do it (see
+    the module docstring)."""
     unit = _time_unit(spec)
     scheme = urlparse(data_location).scheme
     codec = _CODECS.get(properties.get("write.parquet.compression-codec", "zstd").lower())
@@ -140,7 +143,7 @@ def file_target(
         time_name=spec.fields[1].name,
         time_unit=unit,
         target_file_bytes=int(properties.get("write.target-file-size-bytes", 512 << 20)),
-        schema=layout.arrow_schema,
+        schema=schema,
     )
 
 
@@ -191,8 +194,10 @@ class _OpenFile:
         )
         self.pending: list[pa.Table] = []
         self.pending_bytes = 0
+        self.records = 0
 
     def add(self, rows: pa.Table) -> None:
+        self.records += rows.num_rows
         self.pending.append(rows)
         self.pending_bytes += rows.nbytes
         if self.pending_bytes >= _ROW_GROUP_BYTES:
@@ -212,7 +217,7 @@ class _OpenFile:
         self.writer.close()
         size = self.written_bytes()
         self.sink.close()
-        return WrittenFile(self.path, self.key[0], self.key[1], size)
+        return WrittenFile(self.path, self.key[0], self.key[1], size, self.records)
 
     def abandon(self) -> None:
         with contextlib.suppress(Exception):
@@ -226,7 +231,7 @@ def _bucket_text(bucket: int, unit: str) -> str:
     return moment.strftime("%Y-%m-%d" if unit == "day" else "%Y-%m-%d-%H")
 
 
-class _Files:
+class TaskFiles:
     """The open files of one task, by (Kafka partition, time bucket)."""
 
     def __init__(self, target: FileTarget) -> None:
@@ -275,6 +280,11 @@ class _Files:
         for key in [key for key in self.open if key[0] != partition]:
             self.done.append(self.open.pop(key).close())
 
+    def finish(self) -> None:
+        """Finish the open files (more rows start new ones); :meth:`close` lists them."""
+        for key in list(self.open):
+            self.done.append(self.open.pop(key).close())
+
     def close(self) -> list[WrittenFile]:
         """Finish every file; what was written."""
         for key in list(self.open):
@@ -300,7 +310,7 @@ def write_files(
     (:data:`WRITTEN_FILES_SCHEMA`). Raises :class:`~bergstream.pipeline.typed.SchemasNeeded`
     for a schema id the driver did not ship, having deleted what it wrote."""
     tally = Tally.empty()
-    files = _Files(target)
+    files = TaskFiles(target)
     try:
         for batch in batches:
             decoded = decode_batch(job, batch, tally)

@@ -1,8 +1,9 @@
 """One ``bergstream pipeline run --topics REGEX`` for many topics (append, typed and upsert
-tables mixed) in one Spark application: every table equals its topic; a topic created mid-run
-is picked up without a restart; a topic whose table cannot be written fails alone and is
-retried, while the others go on; a SIGKILL mid-run and a ``--once`` run after it lose and repeat
-nothing."""
+tables mixed) in one Spark application, the raw append topics in one query: every table equals
+its topic; a topic created mid-run is picked up without a restart; a topic whose table cannot be
+written fails alone and is retried, while the others go on; a grouped topic whose table is
+dropped mid-run leaves the group for a query of its own; a SIGKILL mid-run and a ``--once`` run
+after it lose and repeat nothing."""
 
 from __future__ import annotations
 
@@ -248,13 +249,27 @@ def test_one_application_copies_many_topics(
         assert [f.name for f in untouched.schema().fields] == ["x"]
         assert untouched.scan().to_arrow().num_rows == 0, "the bad table got rows"
 
+        grouped = sum(1 for t in topics if t.split("-")[1] == "a")
+        assert f"copying {grouped} topic(s) in one query" in text, text[-4000:]
+
         # A topic made mid-run gets its query without a restart.
         late = new_topic(PARTITIONS, prefix=f"{run}-a")
         produce(kafka_bootstrap, late, _records("a", 0, RECORDS))
         # The bad topic's table fixed: its next attempt copies it.
         load_catalog(lake).drop_table(lake.table_identifier(bad))
-        _wait_equal(lake, kafka_bootstrap, [late, bad], process, log, timeout=300)
-        assert f"new topic(s) matching the pattern: {late}" in log.read_text()
+        # A grouped topic's table dropped under the running group: the topic leaves the group
+        # for a query of its own (which makes the table again), the group goes on without it.
+        dropped = topics[1]
+        load_catalog(lake).drop_table(lake.table_identifier(dropped))
+        produce(kafka_bootstrap, dropped, _records("a", RECORDS, 10))
+        _wait_equal(lake, kafka_bootstrap, [late, bad, dropped, topics[2]], process, log, 300)
+        deadline = time.monotonic() + 120  # the group starts again without the dropped topic
+        while f"copying {grouped - 1} topic(s) in one query" not in (text := log.read_text()):
+            assert process.poll() is None and time.monotonic() < deadline, text[-4000:]
+            time.sleep(0.5)
+        assert f"new topic(s) matching the pattern: {late}" in text
+        assert f"[{dropped}] leaves the group" in text, text[-4000:]
+        assert "topic(s) failed" not in text, text[-4000:]
 
         # Records keep coming; SIGKILL once some of them were committed.
         seen = log.stat().st_size

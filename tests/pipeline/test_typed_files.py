@@ -93,19 +93,21 @@ def _batch(rows: list[tuple[int, int, dt.datetime, bytes]]) -> pa.RecordBatch:
 
 
 def _target(layout: Any, tmp_path: Path, **properties: str) -> Any:
-    target = file_target(layout, PARTITION_SPEC, f"file:{tmp_path}/data", properties, {})
+    target = file_target(
+        layout.arrow_schema, PARTITION_SPEC, f"file:{tmp_path}/data", properties, {}
+    )
     assert target is not None
     return target
 
 
 def test_only_tables_of_the_row_contracts_spec_local_or_s3_are_written_by_workers() -> None:
     _, layout = _job()
-    day = file_target(layout, PARTITION_SPEC, "s3://b/w/t/data/", {}, {"region": "x"})
+    day = file_target(layout.arrow_schema, PARTITION_SPEC, "s3://b/w/t/data/", {}, {"region": "x"})
     assert day is not None
     assert (day.time_unit, day.time_name, day.compression) == ("day", "kafka_timestamp_day", "zstd")
     assert day.data_location == "s3://b/w/t/data"
     hour = file_target(
-        layout,
+        layout.arrow_schema,
         HOUR_PARTITION_SPEC,
         "/w/t/data",
         {"write.parquet.compression-codec": "uncompressed"},
@@ -116,17 +118,25 @@ def test_only_tables_of_the_row_contracts_spec_local_or_s3_are_written_by_worker
         PartitionField(1, 1000, IdentityTransform(), "kafka_partition"),
         PartitionField(3, 1001, MonthTransform(), "kafka_timestamp_month"),
     )
-    assert file_target(layout, by_month, "/w/t/data", {}, {}) is None
-    assert file_target(layout, PARTITION_SPEC, "gs://b/t/data", {}, {}) is None
+    assert file_target(layout.arrow_schema, by_month, "/w/t/data", {}, {}) is None
+    assert file_target(layout.arrow_schema, PARTITION_SPEC, "gs://b/t/data", {}, {}) is None
     assert (
         file_target(
-            layout, PARTITION_SPEC, "/w/t/data", {"write.object-storage.enabled": "true"}, {}
+            layout.arrow_schema,
+            PARTITION_SPEC,
+            "/w/t/data",
+            {"write.object-storage.enabled": "true"},
+            {},
         )
         is None
     )
     assert (
         file_target(
-            layout, PARTITION_SPEC, "/w/t/data", {"write.parquet.compression-codec": "lzo"}, {}
+            layout.arrow_schema,
+            PARTITION_SPEC,
+            "/w/t/data",
+            {"write.parquet.compression-codec": "lzo"},
+            {},
         )
         is None
     )
