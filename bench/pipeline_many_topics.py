@@ -9,7 +9,9 @@ the same total). Then, ``--rounds`` times, alternating which goes first, each in
 
 - **one**: ``run_pipeline(..., once=True)`` of the big topic, as ``pipeline run --topic T --once``;
 - **many**: ``run_topics(..., once=True)`` of the ``--topics`` small ones, as ``pipeline run
-  --topics REGEX --once`` (one streaming query per topic, all in the one application).
+  --topics REGEX --once`` (raw topics: one streaming query for all, ``group_topics``);
+- with ``--per-topic-queries``, the same with ``group_topics: false`` (one query per topic),
+  printed as ``per_topic_queries_ratio``.
 
 ``ratio`` (last key of the JSON on the last line) is many's records/s over one's (best round
 each; goal >= 0.8). Memory: a continuous run of every small topic, once each table has caught up,
