@@ -22,7 +22,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
@@ -75,9 +75,13 @@ if TYPE_CHECKING:
 __all__ = [
     "PipelineError",
     "RunResult",
+    "await_query",
     "kafka_rows",
+    "kafka_source",
     "keep_condition",
+    "prefixed_report",
     "run_pipeline",
+    "start_query",
     "starting_offsets",
     "stop_between_batches",
 ]
@@ -155,16 +159,22 @@ def keep_condition(boundary: Boundary) -> Column:
     return reduce(lambda a, b: a | b, known, new)
 
 
-def _source(
-    spark: SparkSession, lake: PipelineLake, topic: str, start: dict[str, dict[str, int]]
+def kafka_source(
+    spark: SparkSession,
+    lake: PipelineLake,
+    topics: Sequence[str],
+    start: dict[str, dict[str, int]],
+    with_topic: bool = False,
 ) -> DataFrame:
-
+    """The pipeline's streaming Kafka source of ``topics`` from ``start`` (read_committed,
+    headers, the lake's client settings), as the row contract's columns (and ``topic`` first,
+    ``with_topic``)."""
     settings = lake.pipeline
     reader = spark.readStream.format("kafka")
     for key, value in source_client_properties(lake.config, settings.kafka_options).items():
         reader = reader.option(f"kafka.{key}", value)
     reader = (
-        reader.option("subscribe", topic)
+        reader.option("subscribe", ",".join(topics))
         .option("startingOffsets", json.dumps(start))
         .option("kafka.isolation.level", "read_committed")
         .option("includeHeaders", "true")
@@ -172,7 +182,7 @@ def _source(
     )
     if settings.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-    return kafka_rows(reader.load())
+    return kafka_rows(reader.load(), with_topic)
 
 
 def kafka_rows(frame: DataFrame, with_topic: bool = False) -> DataFrame:
@@ -363,21 +373,63 @@ def stop_between_batches(query: Any, patience_seconds: float = 120) -> None:
         query.stop()
 
 
-def _await(query: Any, once: bool, stop: threading.Event, topic: str) -> None:
+def start_query(
+    frame: DataFrame,
+    name: str,
+    checkpoint: Path,
+    writer: Callable[[DataFrame, int], None],
+    once: bool,
+    trigger_seconds: float,
+) -> Any:
+    """Start ``frame``'s streaming query ``name`` with ``writer`` as its ``foreachBatch``:
+    until Kafka has nothing more (``once``), else a micro-batch every ``trigger_seconds``."""
+    stream = (
+        frame.writeStream.queryName(name)
+        .option("checkpointLocation", str(checkpoint))
+        .foreachBatch(writer)
+    )
+    if once:
+        stream = stream.trigger(availableNow=True)
+    else:
+        stream = stream.trigger(processingTime=f"{trigger_seconds} seconds")
+    return stream.start()
+
+
+def await_query(
+    query: Any,
+    once: bool,
+    stop: threading.Event,
+    topics: Sequence[str],
+    count_failure: bool = True,
+) -> None:
     """Wait for the query (to its end with ``once``, else until ``stop``), noting its source's
-    progress for the lag metric every second."""
+    progress for the lag metric of ``topics`` every second; a failed query raises
+    :class:`PipelineError` (counted for each topic with ``count_failure``)."""
     from pyspark.errors import StreamingQueryException
 
     try:
         while query.isActive and (once or not stop.is_set()):
             query.awaitTermination(1)
-            record_source_progress(topic, query.lastProgress)
+            progress = query.lastProgress
+            for topic in topics:
+                record_source_progress(topic, progress)
         if not once:
             stop_between_batches(query)
         query.awaitTermination()  # raises what ended a failed query
     except StreamingQueryException as error:
-        FAILURES.labels(topic, failure_cause(error)).inc()
+        if count_failure:
+            for topic in topics:
+                FAILURES.labels(topic, failure_cause(error)).inc()
         raise PipelineError(f"the streaming query failed: {error}") from None
+
+
+def prefixed_report(report: Report, topic: str) -> Report:
+    """``report`` with each line starting ``[topic]`` (several topics share one log)."""
+
+    def tell(line: str) -> None:
+        report(f"[{topic}] {line}")
+
+    return tell
 
 
 def run_pipeline(
@@ -451,21 +503,18 @@ def run_pipeline(
             table, checkpoint, result, report, typed, worker_fetch_settings(lake, topic), state
         )
         writer.catch_up_state()  # what a run stopped before the state's commit left
-        stream = (
-            _source(spark, lake, topic, start)
-            .writeStream.queryName(f"bergstream-{lake.namespace}-{topic}")
-            .option("checkpointLocation", str(checkpoint))
-            .foreachBatch(writer)
+        query = start_query(
+            kafka_source(spark, lake, [topic], start),
+            f"bergstream-{lake.namespace}-{topic}",
+            checkpoint,
+            writer,
+            once,
+            settings.trigger_interval_seconds,
         )
-        if once:
-            stream = stream.trigger(availableNow=True)
-        else:
-            stream = stream.trigger(processingTime=f"{settings.trigger_interval_seconds} seconds")
-        query = stream.start()
         if on_started is not None:
             on_started()
         try:
-            _await(query, once, stop, topic)
+            await_query(query, once, stop, [topic])
         except PipelineError as error:
             # Kafka may refuse reads it allowed the admin client (READ but no DESCRIBE ACL).
             refused = refused_message(error, topic, lake.config, settings.kafka_options)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import shutil
 import threading
 import time
@@ -52,7 +51,7 @@ from bergstream.pipeline.checkpoint import (
     topic_lock,
 )
 from bergstream.pipeline.group_files import GROUP_FILES_SCHEMA, write_group_files, written_by_topic
-from bergstream.pipeline.kafka import admin_client, source_client_properties, topic_offsets
+from bergstream.pipeline.kafka import admin_client, topic_offsets
 from bergstream.pipeline.metrics import (
     BATCH_SECONDS,
     COMMIT_SECONDS,
@@ -61,16 +60,17 @@ from bergstream.pipeline.metrics import (
     RECORDS,
     WRITTEN_BYTES,
     failure_cause,
-    record_source_progress,
 )
 from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import (
     PipelineError,
     RunResult,
-    kafka_rows,
+    await_query,
+    kafka_source,
     keep_condition,
+    prefixed_report,
+    start_query,
     starting_offsets,
-    stop_between_batches,
 )
 from bergstream.pipeline.tables import LakeTable, s3_filesystem_options
 from bergstream.pipeline.typed_files import FileTarget, WrittenFile, file_target
@@ -229,25 +229,6 @@ class GroupBatchWriter:
         )
 
 
-def _source(
-    spark: SparkSession, lake: PipelineLake, topics: Sequence[str], start: dict[str, Any]
-) -> DataFrame:
-    settings = lake.pipeline
-    reader = spark.readStream.format("kafka")
-    for key, value in source_client_properties(lake.config, settings.kafka_options).items():
-        reader = reader.option(f"kafka.{key}", value)
-    reader = (
-        reader.option("subscribe", ",".join(topics))
-        .option("startingOffsets", json.dumps(start))
-        .option("kafka.isolation.level", "read_committed")
-        .option("includeHeaders", "true")
-        .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
-    )
-    if settings.max_offsets_per_trigger is not None:
-        reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-    return kafka_rows(reader.load(), with_topic=True)
-
-
 def run_group(
     spark: SparkSession,
     lake: PipelineLake,
@@ -278,7 +259,7 @@ def run_group(
             boundary = table.boundary()
             offsets = topic_offsets(spark, lake.config, settings.kafka_options, topic, admin)
             start = starting_offsets(
-                offsets, boundary, settings.fail_on_data_loss, _prefixed(report, topic)
+                offsets, boundary, settings.fail_on_data_loss, prefixed_report(report, topic)
             )
             result = RunResult(table=f"{lake.namespace}.{topic}", boundary=dict(boundary))
             return _Member(topic, table, target, result), start
@@ -303,21 +284,25 @@ def run_group(
             f"{lake.namespace}: {', '.join(topics)}"
         )
         writer = GroupBatchWriter(group, checkpoint, report, began)
-        stream = (
-            _source(spark, lake, topics, start)
-            .writeStream.queryName(f"bergstream-{lake.namespace}-group-{checkpoint.name[:8]}")
-            .option("checkpointLocation", str(checkpoint))
-            .foreachBatch(writer)
+        query = start_query(
+            kafka_source(spark, lake, topics, start, with_topic=True),
+            f"bergstream-{lake.namespace}-group-{checkpoint.name[:8]}",
+            checkpoint,
+            writer,
+            once,
+            settings.trigger_interval_seconds,
         )
-        if once:
-            stream = stream.trigger(availableNow=True)
-        else:
-            stream = stream.trigger(processingTime=f"{settings.trigger_interval_seconds} seconds")
-        query = stream.start()
         if on_started is not None:
             on_started()
         try:
-            _await_group(query, once, stop, topics, writer)
+            try:
+                # The writer counted the failures of its batches, member by member.
+                await_query(query, once, stop, topics, count_failure=False)
+            except PipelineError:
+                # Spark wraps what foreachBatch raised; the writer kept which tables refused.
+                if writer.failures:
+                    raise GroupMembersFailed(writer.failures) from None
+                raise
         except GroupMembersFailed:
             # The group starts again without those topics, under another checkpoint: this one
             # is never resumed (the tables' boundaries are the truth).
@@ -327,31 +312,3 @@ def run_group(
         member.result.seconds = time.monotonic() - began
         member.result.boundary = member.table.boundary()
     return {m.topic: m.result for m in group}
-
-
-def _await_group(
-    query: Any, once: bool, stop: threading.Event, topics: Sequence[str], writer: GroupBatchWriter
-) -> None:
-    from pyspark.errors import StreamingQueryException
-
-    try:
-        while query.isActive and (once or not stop.is_set()):
-            query.awaitTermination(1)
-            progress = query.lastProgress
-            for topic in topics:
-                record_source_progress(topic, progress)
-        if not once:
-            stop_between_batches(query)
-        query.awaitTermination()
-    except StreamingQueryException as error:
-        # Spark wraps what foreachBatch raised; the writer kept which tables refused.
-        if writer.failures:
-            raise GroupMembersFailed(writer.failures) from None
-        raise PipelineError(f"the streaming query failed: {error}") from None
-
-
-def _prefixed(report: Report, topic: str) -> Report:
-    def tell(line: str) -> None:
-        report(f"[{topic}] {line}")
-
-    return tell

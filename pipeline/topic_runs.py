@@ -32,7 +32,7 @@ from bergstream.pipeline.kafka import list_topics
 from bergstream.pipeline.metrics import FAILURES, failure_cause
 from bergstream.pipeline.session import PipelineSetupError
 from bergstream.pipeline.settings import PipelineLake
-from bergstream.pipeline.stream import RunResult, run_pipeline
+from bergstream.pipeline.stream import RunResult, prefixed_report, run_pipeline
 from bergstream.pipeline.tables import LakeTable, open_catalog, open_table
 from bergstream.pipeline.topic_group import GroupMembersFailed, group_target, run_group
 from bergstream.pipeline.topics import TopicSelection
@@ -118,7 +118,7 @@ class _TopicRun(threading.Thread):
             except Exception as error:  # one topic's failure must never end the others
                 failed_in_a_row += 1
                 if isinstance(error, PipelineSetupError):
-                    # Streaming failures are counted where the query ends (stream._await).
+                    # Streaming failures are counted where the query ends (stream.await_query).
                     FAILURES.labels(self.topic, failure_cause(error)).inc()
                 message = _one_line(error)
                 self.failure = TopicFailure(self.topic, message, failed_in_a_row)
@@ -273,7 +273,7 @@ def run_topics(
             lake,
             topic,
             once=once,
-            report=_prefixed(report, topic),
+            report=prefixed_report(report, topic),
             stop=topic_stop,
             codecs=typing_for(topic),
             mode=mode_for(topic),
@@ -294,7 +294,7 @@ def run_topics(
                 retry_seconds=settings.topic_retry_seconds,
                 retry_max_seconds=settings.topic_retry_max_seconds,
                 stop=stop,
-                report=_prefixed(report, topic),
+                report=prefixed_report(report, topic),
                 started=started,
             )
             runs[topic] = run
@@ -367,13 +367,6 @@ def run_topics(
         elif run.failure is not None:
             result.failures[topic] = run.failure
     return result
-
-
-def _prefixed(report: Report, topic: str) -> Report:
-    def tell(line: str) -> None:
-        report(f"[{topic}] {line}")
-
-    return tell
 
 
 def _one_line(error: BaseException, limit: int = 600) -> str:
