@@ -25,6 +25,7 @@ __all__ = [
     "refused_message",
     "source_client_properties",
     "topic_offsets",
+    "topics_offsets",
 ]
 
 _TIMEOUT_SECONDS = 60
@@ -154,15 +155,46 @@ def _reason(error: BaseException) -> str:
 def _list_offsets(
     jvm: Any, admin: Any, topic: str, partitions: list[int], spec: Any
 ) -> dict[int, int]:
+    found = _list_topics_offsets(jvm, admin, {topic: partitions}, spec)
+    return {partition: offset for (_, partition), offset in found.items()}
+
+
+def _list_topics_offsets(
+    jvm: Any, admin: Any, partitions: dict[str, list[int]], spec: Any
+) -> dict[tuple[str, int], int]:
+    """Read-committed offsets of ``spec`` for every partition of ``partitions`` (topic: its
+    partitions), in one request per leader."""
     wanted = jvm.java.util.HashMap()
-    for partition in partitions:
-        wanted.put(jvm.org.apache.kafka.common.TopicPartition(topic, partition), spec)
+    for topic, numbers in partitions.items():
+        for partition in numbers:
+            wanted.put(jvm.org.apache.kafka.common.TopicPartition(topic, partition), spec)
     options = jvm.org.apache.kafka.clients.admin.ListOffsetsOptions(
         jvm.org.apache.kafka.common.IsolationLevel.READ_COMMITTED
     )
     seconds = jvm.java.util.concurrent.TimeUnit.SECONDS
     result = admin.listOffsets(wanted, options).all().get(_TIMEOUT_SECONDS, seconds)
-    return {int(tp.partition()): int(info.offset()) for tp, info in dict(result).items()}
+    return {
+        (str(tp.topic()), int(tp.partition())): int(info.offset())
+        for tp, info in dict(result).items()
+    }
+
+
+def _describe_failed(
+    error: BaseException, topic: str, lake: LakeConfig, options: dict[str, str]
+) -> str:
+    """Why ``topic`` could not be described, for the user: refused, missing, or unreachable."""
+    refused = refused_message(error, topic, lake, options)
+    if refused is not None:
+        return refused
+    if "UnknownTopicOrPartition" in str(error):
+        return (
+            f"topic '{topic}' does not exist on Kafka at {lake.kafka_bootstrap}: create it, or "
+            "check --topic and lake.kafka_bootstrap"
+        )
+    return (
+        f"cannot describe topic '{topic}' on Kafka at {lake.kafka_bootstrap}: {_reason(error)} "
+        "(check lake.kafka_bootstrap and lake.kafka_client against the brokers' listeners)"
+    )
 
 
 def _admin(jvm: Any, lake: LakeConfig, options: dict[str, str]) -> Any:
@@ -220,7 +252,6 @@ def topic_offsets(
     refuses the client (:func:`refused_message`). ``admin``: a client of
     :func:`admin_client` (else one is made and closed)."""
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
-    bootstrap = lake.kafka_bootstrap
     own = admin is None
     if admin is None:
         admin = _admin(jvm, lake, options)
@@ -230,20 +261,7 @@ def topic_offsets(
             names = jvm.java.util.Collections.singletonList(topic)
             described = admin.describeTopics(names).allTopicNames().get(_TIMEOUT_SECONDS, seconds)
         except Exception as error:
-            refused = refused_message(error, topic, lake, options)
-            if refused is not None:
-                raise PipelineSetupError(refused) from None
-            text = str(error)
-            if "UnknownTopicOrPartition" in text:
-                raise PipelineSetupError(
-                    f"topic '{topic}' does not exist on Kafka at {bootstrap}: create it, or "
-                    "check --topic and lake.kafka_bootstrap"
-                ) from None
-            raise PipelineSetupError(
-                f"cannot describe topic '{topic}' on Kafka at {bootstrap}: {_reason(error)} "
-                "(check lake.kafka_bootstrap and lake.kafka_client against the brokers' "
-                "listeners)"
-            ) from None
+            raise PipelineSetupError(_describe_failed(error, topic, lake, options)) from None
         description = described.get(topic)
         partitions = sorted(int(info.partition()) for info in description.partitions())
         offset_spec = jvm.org.apache.kafka.clients.admin.OffsetSpec
@@ -253,3 +271,56 @@ def topic_offsets(
         if own:
             admin.close()
     return TopicOffsets(topic, log_start, end)
+
+
+def topics_offsets(
+    spark: SparkSession,
+    lake: LakeConfig,
+    options: dict[str, str],
+    topics: list[str],
+    admin: Any,
+) -> tuple[dict[str, TopicOffsets], dict[str, str]]:
+    """:func:`topic_offsets` of many topics in three requests (one describe, then the log
+    starts and the ends of all their partitions), not three per topic: 50 topics one by one
+    took 6.6 s of py4j and Kafka round trips here, four at a time. Returns the offsets of the
+    topics that could be read, and why each other one could not (topic: message).
+    ``admin``: a client of :func:`admin_client`."""
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    seconds = jvm.java.util.concurrent.TimeUnit.SECONDS
+    failures: dict[str, str] = {}
+    partitions: dict[str, list[int]] = {}
+    names = jvm.java.util.ArrayList()
+    for topic in topics:
+        names.add(topic)
+    futures = admin.describeTopics(names).topicNameValues()
+    for topic in topics:
+        try:
+            description = futures.get(topic).get(_TIMEOUT_SECONDS, seconds)
+        except Exception as error:
+            failures[topic] = _describe_failed(error, topic, lake, options)
+            continue
+        partitions[topic] = sorted(int(info.partition()) for info in description.partitions())
+    if not partitions:
+        return {}, failures
+    offset_spec = jvm.org.apache.kafka.clients.admin.OffsetSpec
+    try:
+        starts = _list_topics_offsets(jvm, admin, partitions, offset_spec.earliest())
+        ends = _list_topics_offsets(jvm, admin, partitions, offset_spec.latest())
+    except Exception:
+        # One partition's failure fails the whole request: each topic alone says which.
+        found: dict[str, TopicOffsets] = {}
+        for topic in partitions:
+            try:
+                found[topic] = topic_offsets(spark, lake, options, topic, admin)
+            except PipelineSetupError as error:
+                failures[topic] = str(error)
+        return found, failures
+    offsets = {
+        topic: TopicOffsets(
+            topic,
+            {p: starts[(topic, p)] for p in numbers},
+            {p: ends[(topic, p)] for p in numbers},
+        )
+        for topic, numbers in partitions.items()
+    }
+    return offsets, failures

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -71,11 +71,12 @@ class KafkaFetchError(RuntimeError):
 @dataclass(frozen=True)
 class OffsetRange:
     """Offsets ``start`` (inclusive; -2: the log start) to ``until`` (exclusive) of one
-    partition."""
+    partition (of ``topic`` when a task reads several topics; else the settings' topic)."""
 
     partition: int
     start: int
     until: int
+    topic: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,11 @@ def _size(offsets: OffsetRange) -> int:
     return offsets.until - max(offsets.start, 0)
 
 
+def _order(offsets: OffsetRange) -> tuple[str, int, int]:
+    """A task reads its ranges topic by topic, each partition's in offset order."""
+    return offsets.topic or "", offsets.partition, offsets.start
+
+
 def split_ranges(ranges: list[OffsetRange], tasks: int) -> list[OffsetRange]:
     """``ranges`` (empty ones dropped) cut into pieces, the largest first, until there are at
     least ``tasks`` of them or no piece has :data:`MIN_SPLIT_OFFSETS` offsets to spare: a topic
@@ -123,16 +129,13 @@ def split_ranges(ranges: list[OffsetRange], tasks: int) -> list[OffsetRange]:
         widest = max(splittable, key=_size)
         middle = widest.start + _size(widest) // 2
         pieces.remove(widest)
-        pieces += [
-            OffsetRange(widest.partition, widest.start, middle),
-            OffsetRange(widest.partition, middle, widest.until),
-        ]
-    return sorted(pieces, key=lambda r: (r.partition, r.start))
+        pieces += [replace(widest, until=middle), replace(widest, start=middle)]
+    return sorted(pieces, key=_order)
 
 
 def plan_tasks(ranges: list[OffsetRange], tasks: int) -> tuple[tuple[OffsetRange, ...], ...]:
     """``ranges`` split (:func:`split_ranges`) and dealt into at most ``tasks`` tasks of about
-    the same number of offsets, each task's ranges in partition and offset order. Each Spark
+    the same number of offsets, each task's ranges in topic, partition and offset order. Each Spark
     task of ``mapInArrow`` costs about 0.3 s of a core before its function runs (measured), so
     a batch runs as many tasks as Spark has cores, not one per partition."""
     pieces = split_ranges(ranges, tasks)
@@ -142,9 +145,7 @@ def plan_tasks(ranges: list[OffsetRange], tasks: int) -> tuple[tuple[OffsetRange
         lightest = loads.index(min(loads))
         bins[lightest].append(piece)
         loads[lightest] += _size(piece)
-    return tuple(
-        tuple(sorted(found, key=lambda r: (r.partition, r.start))) for found in bins if found
-    )
+    return tuple(tuple(sorted(found, key=_order)) for found in bins if found)
 
 
 class _Columns:
@@ -189,26 +190,28 @@ class _Columns:
 
 
 def fetch_range(settings: FetchSettings, offsets: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The committed records of ``offsets`` as row-contract batches, in offset order. Raises
+    """The committed records of ``offsets`` (of its topic, else ``settings``') as row-contract
+    batches, in offset order. Raises
     :class:`KafkaFetchError` when Kafka cannot be read for ``settings.timeout_seconds`` or
     deleted offsets of the range (with ``fail_on_data_loss``)."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     if offsets.start >= 0 and offsets.until <= offsets.start:
         return
+    topic = offsets.topic or settings.topic
     consumer = Consumer(settings.consumer_config())
-    where = f"partition {offsets.partition} of topic '{settings.topic}'"
+    where = f"partition {offsets.partition} of topic '{topic}'"
     try:
         start = offsets.start
         if start < 0:
             # librdkafka's own lookup of the log start took 0.5 s before the first record
             # (measured); asking for the watermarks took 10 ms.
             start, _ = consumer.get_watermark_offsets(
-                TopicPartition(settings.topic, offsets.partition), settings.timeout_seconds
+                TopicPartition(topic, offsets.partition), settings.timeout_seconds
             )
             if start >= offsets.until:
                 return
-        consumer.assign([TopicPartition(settings.topic, offsets.partition, start)])
+        consumer.assign([TopicPartition(topic, offsets.partition, start)])
         columns = _Columns(offsets.partition)
         idle, done, next_offset = 0.0, False, start
         while not done:
@@ -243,9 +246,7 @@ def fetch_range(settings: FetchSettings, offsets: OffsetRange) -> Iterator[pa.Re
                             f"{offsets.start} on before the pipeline copied them; set "
                             "lake.pipeline.fail_on_data_loss: false to go on from the log start"
                         )
-                    consumer.assign(
-                        [TopicPartition(settings.topic, offsets.partition, _OFFSET_BEGINNING)]
-                    )
+                    consumer.assign([TopicPartition(topic, offsets.partition, _OFFSET_BEGINNING)])
                 elif error.fatal() or not error.retriable():
                     raise KafkaFetchError(f"reading {where} failed: {error.str()}")
             columns.extend(records)

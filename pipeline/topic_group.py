@@ -5,10 +5,12 @@ Why: one streaming query per topic pays, for every topic and every micro-batch, 
 planning, a Kafka read job, a write job and their scheduling. ``bench/pipeline_many_topics.py``
 (50 topics of 20k records of 1 KB, local[2]): 14,447 records/s with a query per topic, 35,113
 with the group, in the same run (one topic of 1M: 76,317).
-A group subscribes to all its topics at once; each micro-batch's rows are written by Spark's
-Python workers straight into each topic's table (:mod:`~bergstream.pipeline.group_files`), and
-the driver commits each table's files in one append whose snapshot summary carries that
-table's new boundary.
+A group subscribes to all its topics at once; each micro-batch's rows are read from Kafka by
+Spark's Python workers (librdkafka; Spark's Kafka source when only Java client settings say how)
+and written straight into each topic's table (:mod:`~bergstream.pipeline.group_files`), and the
+driver commits each table's files in one append whose snapshot summary carries that table's new
+boundary. The topics' Kafka offsets are asked in one request for all, the tables' boundaries and
+commits four at a time.
 
 Exactly once per table, as for a single topic (:mod:`~bergstream.pipeline.stream`): each
 batch reads every topic's end offsets from Spark's offset log and each table's boundary, keeps
@@ -33,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
@@ -45,13 +47,20 @@ from bergstream.core.api import (
     format_boundary,
     merge_boundaries,
 )
+from bergstream.pipeline.batch_rows import batch_ranges
 from bergstream.pipeline.checkpoint import (
     batch_end_offsets_by_topic,
     group_checkpoint_path,
     topic_lock,
 )
-from bergstream.pipeline.group_files import GROUP_FILES_SCHEMA, write_group_files, written_by_topic
-from bergstream.pipeline.kafka import admin_client, topic_offsets
+from bergstream.pipeline.group_files import (
+    GROUP_FILES_SCHEMA,
+    write_fetched_group_files,
+    write_group_files,
+    written_by_topic,
+)
+from bergstream.pipeline.kafka import admin_client, topics_offsets
+from bergstream.pipeline.kafka_fetch import FetchSettings, plan_tasks
 from bergstream.pipeline.metrics import (
     BATCH_SECONDS,
     COMMIT_SECONDS,
@@ -71,6 +80,7 @@ from bergstream.pipeline.stream import (
     prefixed_report,
     start_query,
     starting_offsets,
+    worker_fetch_settings,
 )
 from bergstream.pipeline.tables import LakeTable, s3_filesystem_options
 from bergstream.pipeline.typed_files import FileTarget, WrittenFile, file_target
@@ -123,9 +133,16 @@ class GroupBatchWriter:
     one append per table."""
 
     def __init__(
-        self, members: Sequence[_Member], checkpoint: Any, report: Report, began: float
+        self,
+        members: Sequence[_Member],
+        checkpoint: Any,
+        report: Report,
+        began: float,
+        fetch: FetchSettings | None = None,
     ) -> None:
         self.members = {m.topic: m for m in members}
+        #: How the workers read the batch's offset ranges themselves (None: Spark's source).
+        self.fetch = fetch
         #: The tables of the last batch that refused their commit (topic: error).
         self.failures: dict[str, str] = {}
         self.checkpoint = checkpoint
@@ -147,34 +164,31 @@ class GroupBatchWriter:
             BATCH_SECONDS.labels(topic).observe(elapsed)
 
     def _write(self, batch: DataFrame, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
         ends = batch_end_offsets_by_topic(self.checkpoint, batch_id)
         plans: list[tuple[_Member, Boundary, Boundary]] = []
         failures: dict[str, str] = {}
-        for topic, member in self.members.items():
-            end = ends.get(topic, {})
+
+        def boundary(member: _Member) -> Boundary | None:
             try:
-                old = member.table.boundary()
+                return member.table.boundary()
             except Exception as error:  # a table dropped or unreadable: it leaves the group
-                FAILURES.labels(topic, failure_cause(error)).inc()
-                failures[topic] = " ".join(str(error).split())[:600]
-                continue
-            if any(offset > old.get(partition, 0) for partition, offset in end.items()):
+                FAILURES.labels(member.topic, failure_cause(error)).inc()
+                failures[member.topic] = " ".join(str(error).split())[:600]
+                return None
+
+        # Each table's boundary is a catalog round trip: a few at once, as for the commits.
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="bergstream-boundary") as pool:
+            boundaries = list(pool.map(boundary, self.members.values()))
+        for member, old in zip(self.members.values(), boundaries, strict=True):
+            end = ends.get(member.topic, {})
+            if old is not None and any(offset > old.get(p, 0) for p, offset in end.items()):
                 plans.append((member, old, end))
         if not plans:
             self._fail(failures)
             return  # a replay of a batch every table has
-        wanted = [(F.col("topic") == m.topic) & keep_condition(old) for m, old, _ in plans]
-        # One Python task per Kafka partition paid about 0.3 s of its own (100 partitions:
-        # 30 s of a 200k-record batch here); a task per core reads them one after the other.
-        parallelism = max(batch.sparkSession.sparkContext.defaultParallelism, 1)
-        rows = batch.where(reduce(lambda a, b: a | b, wanted)).coalesce(parallelism)
         targets = {m.topic: m.target for m, _, _ in plans}
         writing = time.monotonic()
-        answer = rows.mapInArrow(
-            functools.partial(write_group_files, targets), GROUP_FILES_SCHEMA
-        ).collect()
+        answer = self._written_files(batch, plans, targets)
         written = written_by_topic(answer)
         self.report(
             f"batch {batch_id}: {len(answer)} file(s) of {len(written)} topic(s) written in "
@@ -202,6 +216,36 @@ class GroupBatchWriter:
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="bergstream-commit") as pool:
             list(pool.map(commit, plans))
         self._fail(failures)
+
+    def _written_files(
+        self,
+        batch: DataFrame,
+        plans: list[tuple[_Member, Boundary, Boundary]],
+        targets: dict[str, FileTarget],
+    ) -> list[Any]:
+        """Write the rows of ``plans`` (each member from its table's boundary to the batch's
+        end) into their tables' files in one job; the workers' answer rows."""
+        from pyspark.sql import functions as F
+
+        spark = batch.sparkSession
+        parallelism = max(spark.sparkContext.defaultParallelism, 1)
+        if self.fetch is not None:
+            ranges = [
+                replace(offsets, topic=member.topic)
+                for member, old, end in plans
+                for offsets in batch_ranges(old, end)
+            ]
+            tasks = plan_tasks(ranges, parallelism)
+            # spark.range's ids, one per Spark partition, pick each task's ranges.
+            picks = spark.range(0, len(tasks), 1, max(1, len(tasks)))
+            write = functools.partial(write_fetched_group_files, targets, self.fetch, tasks)
+            return picks.mapInArrow(write, GROUP_FILES_SCHEMA).collect()
+        wanted = [(F.col("topic") == m.topic) & keep_condition(old) for m, old, _ in plans]
+        # One Python task per Kafka partition paid about 0.3 s of its own (100 partitions:
+        # 30 s of a 200k-record batch here); a task per core reads them one after the other.
+        rows = batch.where(reduce(lambda a, b: a | b, wanted)).coalesce(parallelism)
+        write_rows = functools.partial(write_group_files, targets)
+        return rows.mapInArrow(write_rows, GROUP_FILES_SCHEMA).collect()
 
     def _fail(self, failures: dict[str, str]) -> None:
         """Raise :class:`GroupMembersFailed` for ``failures``, if any (kept for the runner)."""
@@ -251,25 +295,33 @@ def run_group(
         for topic in topics:
             locks.enter_context(topic_lock(lake.checkpoint_dir, lake.namespace, topic))
 
+        # One describe and two offset requests for every topic: per topic, they were round
+        # trips to Kafka and through py4j (50 topics: 6.6 s of them, four at a time).
+        with admin_client(spark, lake.config, settings.kafka_options) as admin:
+            offsets, failures = topics_offsets(
+                spark, lake.config, settings.kafka_options, topics, admin
+            )
+        if failures:  # those topics run alone, whose start reports it (with retries)
+            raise GroupMembersFailed(failures)
+
         def prepare(topic: str) -> tuple[_Member, dict[str, dict[str, int]]]:
             table = members[topic]
             target = group_target(table)
             if target is None:
                 raise ValueError(f"topic '{topic}' cannot join a group (see group_target)")
             boundary = table.boundary()
-            offsets = topic_offsets(spark, lake.config, settings.kafka_options, topic, admin)
             start = starting_offsets(
-                offsets, boundary, settings.fail_on_data_loss, prefixed_report(report, topic)
+                offsets[topic],
+                boundary,
+                settings.fail_on_data_loss,
+                prefixed_report(report, topic),
             )
             result = RunResult(table=f"{lake.namespace}.{topic}", boundary=dict(boundary))
             return _Member(topic, table, target, result), start
 
-        # Each topic's boundary and offsets are round trips to the catalog and to Kafka: a few
-        # at once (50 topics one after the other took 7.4 s here).
-        with (
-            admin_client(spark, lake.config, settings.kafka_options) as admin,
-            ThreadPoolExecutor(max_workers=4, thread_name_prefix="bergstream-group") as pool,
-        ):
+        # Each table's metadata and boundary are round trips to the catalog and through py4j:
+        # a few at once.
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="bergstream-group") as pool:
             prepared = list(pool.map(prepare, topics))
         group = [member for member, _ in prepared]
         start: dict[str, dict[str, int]] = {}
@@ -283,7 +335,8 @@ def run_group(
             f"copying {len(topics)} topic(s) in one query into {lake.catalog_name}."
             f"{lake.namespace}: {', '.join(topics)}"
         )
-        writer = GroupBatchWriter(group, checkpoint, report, began)
+        fetch = worker_fetch_settings(lake, topics[0])
+        writer = GroupBatchWriter(group, checkpoint, report, began, fetch)
         query = start_query(
             kafka_source(spark, lake, topics, start, with_topic=True),
             f"bergstream-{lake.namespace}-group-{checkpoint.name[:8]}",

@@ -224,3 +224,23 @@ def test_tasks_get_about_the_same_number_of_offsets() -> None:
         assert list(task) == sorted(task, key=lambda r: (r.partition, r.start))
     assert plan_tasks(ranges[:1], 8) == ((ranges[0],),)
     assert plan_tasks([], 2) == ()
+
+
+def test_a_task_of_several_topics_reads_them_topic_by_topic() -> None:
+    ranges = [
+        OffsetRange(1, 0, 300, topic="b"),
+        OffsetRange(0, 0, 200, topic="a"),
+        OffsetRange(0, 0, 100, topic="b"),
+        OffsetRange(1, -2, 400, topic="a"),
+        OffsetRange(0, 0, 250, topic="c"),
+    ]
+    tasks = plan_tasks(ranges, 2)
+    assert len(tasks) == 2
+    assert {r for task in tasks for r in task} == set(ranges)
+    for task in tasks:  # each topic's ranges together, partitions in order
+        assert list(task) == sorted(task, key=lambda r: (r.topic, r.partition, r.start))
+    # A wide range is cut to keep the cores busy; its pieces keep their topic.
+    wide = OffsetRange(0, 0, 4 * MIN_SPLIT_OFFSETS, topic="c")
+    pieces = split_ranges([OffsetRange(0, 0, 10, topic="b"), wide], 3)
+    assert [r.topic for r in pieces] == ["b", "c", "c"]
+    assert pieces[1].until == pieces[2].start and pieces[2].until == wide.until
