@@ -68,6 +68,22 @@ class BuiltAhead:
             self._entries[key] = future
             self._bytes += key.budget
 
+    def schedule_many(self, items: list[tuple[AheadKey, Callable[[], Built]]]) -> None:
+        """:meth:`schedule` each of ``items`` in order, without submitting the builds the later
+        ones would drop at once: only the last items whose budgets fit the bound together are
+        scheduled (a request naming thousands of partitions queues no builds it cancels)."""
+        kept: list[tuple[AheadKey, Callable[[], Built]]] = []
+        room = self.max_bytes
+        for key, build in reversed(items):
+            if key.budget > self.max_bytes:
+                continue  # never scheduled, drops nothing
+            if key.budget > room:
+                break
+            kept.append((key, build))
+            room -= key.budget
+        for key, build in reversed(kept):
+            self.schedule(key, build)
+
     def take(self, key: AheadKey) -> Built | None:
         """The answer built for ``key`` (waiting for it if it is being built), or None
         when there is none: not scheduled, not started yet (then cancelled, for the caller

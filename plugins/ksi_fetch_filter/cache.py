@@ -19,6 +19,7 @@ class ByteBoundedCache(Generic[V]):
         self._entries: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
         self._size = 0
         self._demoted: dict[Hashable, int] = {}
+        self._demoted_bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -31,7 +32,7 @@ class ByteBoundedCache(Generic[V]):
     @property
     def live_size(self) -> int:
         """Bytes held by entries not demoted (still expected to be read)."""
-        return self._size - sum(self._demoted.values())
+        return self._size - self._demoted_bytes
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -48,7 +49,7 @@ class ByteBoundedCache(Generic[V]):
                 self.misses += 1
                 return None
             self._entries.move_to_end(key)
-            self._demoted.pop(key, None)
+            self._undemote(key)
             self.hits += 1
             return entry[0]
 
@@ -59,13 +60,15 @@ class ByteBoundedCache(Generic[V]):
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key, last=False)
-                self._demoted[key] = entry[1]
+                if key not in self._demoted:
+                    self._demoted[key] = entry[1]
+                    self._demoted_bytes += entry[1]
 
     def put(self, key: Hashable, value: V, size: int) -> None:
         """Store ``value`` of ``size`` bytes, evicting least recently used entries."""
         with self._lock:
             old = self._entries.pop(key, None)
-            self._demoted.pop(key, None)
+            self._undemote(key)
             if old is not None:
                 self._size -= old[1]
             if size > self.max_bytes:
@@ -74,7 +77,7 @@ class ByteBoundedCache(Generic[V]):
             self._size += size
             while self._size > self.max_bytes:
                 gone, (_, evicted) = self._entries.popitem(last=False)
-                self._demoted.pop(gone, None)
+                self._undemote(gone)
                 self._size -= evicted
 
     def clear(self) -> None:
@@ -82,4 +85,11 @@ class ByteBoundedCache(Generic[V]):
         with self._lock:
             self._entries.clear()
             self._demoted.clear()
+            self._demoted_bytes = 0
             self._size = 0
+
+    def _undemote(self, key: Hashable) -> None:
+        """Forget that ``key`` was demoted (the lock held)."""
+        size = self._demoted.pop(key, None)
+        if size is not None:
+            self._demoted_bytes -= size

@@ -1,12 +1,14 @@
 """Pruned reads of the coldset: one :class:`ColdTable` per topic, all sharing a
 :class:`~bergstream.plugins.ksi_fetch_filter.store.ColdStore` (catalog, reader threads, caches).
 
-A read never scans a table. The current snapshot's manifests are planned once per Kafka
-partition with a ``kafka_partition`` row filter, which keeps the data files whose partition and
-``kafka_offset`` bounds can hold the partition's rows; a fetch then picks the files whose offset
+A read never scans a table. The current snapshot's manifests are planned once for the whole
+table, on its first read: each data file belongs to the Kafka partitions its partition record
+(an identity ``kafka_partition`` field) or else its ``kafka_partition`` bounds say it can hold
+(a file spanning several partitions belongs to each). A fetch then picks the files whose offset
 bounds reach the fetch offset, opens their Parquet footers and reads only the row groups whose
-offset statistics overlap. Row groups are decoded once and cached within a memory bound; a
-sequential consumer gets the next row groups loaded ahead of it. A typed table (values or keys
+offset statistics overlap. A row group is read once for every partition of a Fetch it holds,
+split into per-partition slices and cached within a memory bound; a sequential consumer gets the
+next row groups loaded ahead of it. A typed table (values or keys
 as columns) has a payload encoder per snapshot that rebuilds the original bytes as row groups
 are decoded.
 """
@@ -15,16 +17,18 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-from pyiceberg.expressions import EqualTo
-from pyiceberg.types import LongType, TimestamptzType
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import IntegerType, LongType, TimestamptzType
 
-from bergstream.core.api import OFFSET_ID, TIMESTAMP_ID, table_boundary
+from bergstream.core.api import OFFSET_ID, PARTITION_ID, TIMESTAMP_ID, table_boundary
 from bergstream.plugins.ksi_fetch_filter.segments import (
     PayloadEncoder,
     Segment,
@@ -34,6 +38,8 @@ from bergstream.plugins.ksi_fetch_filter.segments import (
 )
 
 if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.partitioning import PartitionSpec
     from pyiceberg.table import Table
 
     from bergstream.plugins.ksi_fetch_filter.store import ColdStore
@@ -77,7 +83,13 @@ class _Snapshot:
     boundary: dict[int, int]
     table: Table | None
     loaded_at: float
-    files: dict[int, list[FileRef]] = field(default_factory=dict)
+    #: Kafka partition -> its data files in (low, high) order; None until planned.
+    files: dict[int, list[FileRef]] | None = None
+    #: Data file path -> the Kafka partitions it may hold (planned with ``files``).
+    holders: dict[str, frozenset[int]] = field(default_factory=dict)
+    #: Partitions that cannot be read (a file of theirs has delete files) -> why.
+    broken: dict[int, str] = field(default_factory=dict)
+    planning: threading.Lock = field(default_factory=threading.Lock)
     encoder: PayloadEncoder | None = None
     #: What the encoder was made from: the schema id and the table's properties.
     shape: tuple[int, tuple[tuple[str, str], ...]] | None = None
@@ -91,6 +103,42 @@ def _bound(bounds: dict[int, bytes] | None, field_id: int, kind: Any) -> int | N
     if not bounds or field_id not in bounds:
         return None
     return int(from_bytes(kind, bounds[field_id]))
+
+
+def _partition_position(spec: PartitionSpec) -> int | None:
+    """Where an identity ``kafka_partition`` field sits in ``spec``'s partition records."""
+    for position, spec_field in enumerate(spec.fields):
+        if spec_field.source_id == PARTITION_ID and isinstance(
+            spec_field.transform, IdentityTransform
+        ):
+            return position
+    return None
+
+
+def _held_partitions(data: DataFile, position: int | None, partitions: list[int]) -> list[int]:
+    """The Kafka partitions ``data`` may hold: its identity partition value, else those of
+    ``partitions`` (sorted) within its ``kafka_partition`` bounds (all without bounds)."""
+    if position is not None:
+        value = data.partition[position]
+        if value is not None:
+            return [int(value)]
+    low = _bound(data.lower_bounds, PARTITION_ID, IntegerType())
+    high = _bound(data.upper_bounds, PARTITION_ID, IntegerType())
+    first = 0 if low is None else bisect_left(partitions, low)
+    last = len(partitions) if high is None else bisect_right(partitions, high)
+    return partitions[first:last]
+
+
+def _file_ref(data: DataFile) -> FileRef:
+    low = _bound(data.lower_bounds, OFFSET_ID, LongType())
+    high = _bound(data.upper_bounds, OFFSET_ID, LongType())
+    ts_high = _bound(data.upper_bounds, TIMESTAMP_ID, TimestamptzType())
+    return FileRef(
+        data.file_path,
+        0 if low is None else low,
+        _MAX_OFFSET if high is None else high,
+        None if ts_high is None else ts_high // 1000,
+    )
 
 
 class ColdTable:
@@ -149,40 +197,61 @@ class ColdTable:
         return self._current().encoder
 
     def _files(self, snap: _Snapshot, partition: int) -> list[FileRef]:
-        files = snap.files.get(partition)
-        if files is not None:
+        files = snap.files if snap.files is not None else self._plan(snap)
+        broken = snap.broken.get(partition)
+        if broken is not None:
+            raise ColdsetError(broken)
+        return files.get(partition, [])
+
+    def _plan(self, snap: _Snapshot) -> dict[int, list[FileRef]]:
+        """Every data file of the snapshot grouped by the Kafka partitions it may hold: one
+        ``plan_files`` for the table, however many partitions are read (once per snapshot)."""
+        with snap.planning:
+            if snap.files is not None:
+                return snap.files
+            files: dict[int, list[FileRef]] = {}
+            if snap.table is not None and snap.snapshot_id is not None:
+                tasks = self._plan_tasks(snap.table, snap.snapshot_id)
+                specs = snap.table.specs()
+                positions = {spec_id: _partition_position(spec) for spec_id, spec in specs.items()}
+                partitions = sorted(snap.boundary)
+                for task in tasks:
+                    data = task.file
+                    held = _held_partitions(data, positions.get(data.spec_id), partitions)
+                    snap.holders[data.file_path] = frozenset(held)
+                    ref = _file_ref(data)
+                    for partition in held:
+                        files.setdefault(partition, []).append(ref)
+                        if task.delete_files:
+                            snap.broken[partition] = (
+                                f"{data.file_path} has delete files; KSI reads append-only tables"
+                            )
+                for refs in files.values():
+                    refs.sort(key=lambda f: (f.low, f.high))
+            snap.files = files
             return files
-        if snap.table is None or snap.snapshot_id is None:
-            return []
+
+    def _plan_tasks(self, table: Table, snapshot_id: int) -> list[Any]:
         try:
-            tasks = snap.table.scan(
-                row_filter=EqualTo("kafka_partition", partition),
-                snapshot_id=snap.snapshot_id,
-                selected_fields=("kafka_offset",),
-            ).plan_files()
+            return list(
+                table.scan(snapshot_id=snapshot_id, selected_fields=("kafka_offset",)).plan_files()
+            )
         except Exception as error:
             raise ColdsetError(f"cannot plan {'.'.join(self.identifier)}: {error}") from error
-        files = []
-        for task in tasks:
-            if task.delete_files:
-                raise ColdsetError(
-                    f"{task.file.file_path} has delete files; KSI reads append-only tables"
-                )
-            data = task.file
-            low = _bound(data.lower_bounds, OFFSET_ID, LongType())
-            high = _bound(data.upper_bounds, OFFSET_ID, LongType())
-            ts_high = _bound(data.upper_bounds, TIMESTAMP_ID, TimestamptzType())
-            files.append(
-                FileRef(
-                    data.file_path,
-                    0 if low is None else low,
-                    _MAX_OFFSET if high is None else high,
-                    None if ts_high is None else ts_high // 1000,
-                )
-            )
-        files.sort(key=lambda f: (f.low, f.high))
-        snap.files[partition] = files
-        return files
+
+    def _siblings(
+        self, snap: _Snapshot, ref: SegmentRef, partition: int, siblings: Mapping[int, int] | None
+    ) -> list[int]:
+        """The partitions of ``siblings`` (partition -> fetch offset) other than ``partition``
+        whose data files include row group ``ref`` and whose fetch offset lies within its
+        offset range: the row group their own reads would start from."""
+        if not siblings:
+            return []
+        held = snap.holders.get(ref.path, frozenset())
+        fewer, more = (held, siblings) if len(held) < len(siblings) else (siblings, held)
+        return [
+            p for p in fewer if p != partition and p in more and ref.low <= siblings[p] <= ref.high
+        ]
 
     # ------------------------------------------------------------------ queries
 
@@ -198,10 +267,18 @@ class ColdTable:
         files = self._files(snap, partition)
         return min((f.low for f in files), default=None)
 
-    def read(self, partition: int, offset: int, want_bytes: int = 0) -> ColdRead | None:
+    def read(
+        self,
+        partition: int,
+        offset: int,
+        want_bytes: int = 0,
+        siblings: Mapping[int, int] | None = None,
+    ) -> ColdRead | None:
         """The cold rows of ``partition`` from ``offset`` on, within one row group (consecutive
         cached slices of it until about ``want_bytes`` are there); None when no cold row lies
-        at or after ``offset`` below the boundary."""
+        at or after ``offset`` below the boundary. ``siblings`` are the other partitions (->
+        fetch offsets) of this table a Fetch asks: a row group read now is split for those it
+        holds too, so their reads find it cached."""
         snap = self._current()
         boundary = snap.boundary.get(partition)
         if boundary is None:
@@ -222,7 +299,10 @@ class ColdTable:
             chosen = [r for r in refs if r.low <= lead.high]
             slices: tuple[tuple[tuple[str, int, int, int], int], ...] = ()
             if len(chosen) == 1:  # the usual case: one row group, read slices of it
-                found = self.store.slices_from(lead, partition, offset, want_bytes, snap.encoder)
+                also = self._siblings(snap, lead, partition, siblings)
+                found = self.store.slices_from(
+                    lead, partition, offset, want_bytes, snap.encoder, also
+                )
                 if not found:
                     offset = lead.high + 1
                     continue

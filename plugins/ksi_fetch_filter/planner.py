@@ -3,6 +3,7 @@ Runs on a reader thread: every call here may block on the catalog or on data fil
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -44,8 +45,13 @@ def plan_fetch(
     store: ColdStore, asks: list[FetchAsk], max_bytes: int, batch_max_bytes: int
 ) -> dict[Key, ColdAnswer]:
     """Answer each ask from the coldset where its offset lies in the cold range
-    (first cold offset <= offset < boundary), within the fetch's byte limits."""
+    (first cold offset <= offset < boundary), within the fetch's byte limits. Each table is
+    planned once and each row group read once for all the asks of the request it holds; the
+    read-ahead of every served partition is queued at the end, once per table."""
     answers: dict[Key, ColdAnswer] = {}
+    siblings = _offsets_by_topic(asks)
+    ahead: list[tuple[AheadKey, Callable[[], Built]]] = []
+    read_ahead: dict[str, dict[int, int]] = {}
     used = 0
     served_any = False
     for ask in asks:
@@ -61,10 +67,10 @@ def plan_fetch(
                 continue
             budget = max(min(ask.max_bytes, max_bytes - used), 0)
             version = cold.version()
-            ahead = AheadKey(ask.topic, ask.partition, ask.offset, budget, not served_any, version)
-            built = _take_ahead(store, ahead)
+            wanted = AheadKey(ask.topic, ask.partition, ask.offset, budget, not served_any, version)
+            built = _take_ahead(store, wanted)
             if built is None:
-                built = build_answer(cold, ahead, batch_max_bytes)
+                built = build_answer(cold, wanted, batch_max_bytes, siblings[ask.topic])
             read, batches = built.read, built.batches
             if read is None or batches is None:
                 answers[key] = ColdAnswer(log_start=first)
@@ -85,11 +91,24 @@ def plan_fetch(
         )
         if batches.records:
             store.done_with(read, batches.next_offset)
-            store.prefetch(cold, ask.partition, batches.next_offset)
+            read_ahead.setdefault(ask.topic, {})[ask.partition] = batches.next_offset
             if batches.next_offset < boundary:
-                after = replace(ahead, offset=batches.next_offset)
-                store.ahead.schedule(after, partial(build_answer, cold, after, batch_max_bytes))
+                after = replace(wanted, offset=batches.next_offset)
+                ahead.append((after, partial(build_answer, cold, after, batch_max_bytes)))
+    for topic, offsets in read_ahead.items():
+        cold = store.table(topic)
+        if cold is not None:
+            store.prefetch_many(cold, offsets)
+    store.ahead.schedule_many(ahead)
     return answers
+
+
+def _offsets_by_topic(asks: list[FetchAsk]) -> dict[str, dict[int, int]]:
+    """Topic -> partition -> fetch offset of every ask."""
+    out: dict[str, dict[int, int]] = {}
+    for ask in asks:
+        out.setdefault(ask.topic, {})[ask.partition] = ask.offset
+    return out
 
 
 def _take_ahead(store: ColdStore, ask: AheadKey) -> Built | None:
@@ -107,11 +126,18 @@ def _take_ahead(store: ColdStore, ask: AheadKey) -> Built | None:
     return other if same else None
 
 
-def build_answer(cold: ColdTable, ask: AheadKey, batch_max_bytes: int) -> Built:
+def build_answer(
+    cold: ColdTable,
+    ask: AheadKey,
+    batch_max_bytes: int,
+    siblings: Mapping[int, int] | None = None,
+) -> Built:
     """The cold batches answering ``ask`` (read and batches None when no cold row is there).
     Built ahead, it reads whatever snapshot is current then: one other than ``ask.version``
-    gives an answer never taken, as no later ask carries an older version."""
-    read = cold.read(ask.partition, ask.offset, ask.budget)
+    gives an answer never taken, as no later ask carries an older version. ``siblings``: the
+    request's other partitions of the table (-> fetch offsets), read with ``ask``'s row
+    group when it holds them (see :meth:`.ColdTable.read`)."""
+    read = cold.read(ask.partition, ask.offset, ask.budget, siblings)
     if read is None:
         return Built(None, None)
     batches = build_cold_batches(
@@ -142,6 +168,7 @@ def plan_offsets(store: ColdStore, asks: list[OffsetAsk]) -> dict[Key, OffsetAns
     at or after it. A consumer asks this right before it fetches from there: the row groups
     holding each found offset start loading in the background (read-ahead) now."""
     answers: dict[Key, OffsetAnswer] = {}
+    read_ahead: dict[str, dict[int, int]] = {}
     for ask in asks:
         cold = store.table(ask.topic)
         if cold is None:
@@ -158,5 +185,9 @@ def plan_offsets(store: ColdStore, asks: list[OffsetAsk]) -> dict[Key, OffsetAns
             continue
         found = answers[key].found
         if found is not None:
-            store.prefetch(cold, ask.partition, found[0])
+            read_ahead.setdefault(ask.topic, {})[ask.partition] = found[0]
+    for topic, offsets in read_ahead.items():
+        cold = store.table(topic)
+        if cold is not None:
+            store.prefetch_many(cold, offsets)
     return answers

@@ -9,7 +9,7 @@ store's read-ahead in the background), so the cached payload is what was produce
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -23,6 +23,9 @@ from bergstream.core.api import Record
 
 #: Bytes per row of a segment's offset, timestamp and timestamp type arrays (three int64).
 ROW_ARRAYS_BYTES = 24
+
+#: Row groups of more decoded bytes than this are read with Arrow's threads.
+_THREADED_BYTES = 4 * 1024 * 1024
 
 #: Columns a segment reads (the row contract's names).
 READ_COLUMNS = (
@@ -228,20 +231,69 @@ def read_row_group_slices(
     decoded bytes, in offset order, each with buffers of its own (so evicting one frees it).
     Rows written out of offset order are read whole, sorted, then cut. With ``encode`` (a
     typed table) every column is read and each slice's payload is encoded once."""
+    return read_row_group_partitions(parquet, row_group, [partition], slice_bytes, encode)[
+        partition
+    ]
+
+
+def read_row_group_partitions(
+    parquet: pq.ParquetFile,
+    row_group: int,
+    partitions: Collection[int],
+    slice_bytes: int,
+    encode: PayloadEncoder | None = None,
+) -> dict[int, list[Segment]]:
+    """:func:`read_row_group_slices` for each of ``partitions`` at once: the row group is read
+    and decoded once, each batch of it split by partition, so every partition gets the slices
+    it would get read alone (an empty list for a partition without rows there)."""
     metadata = parquet.metadata.row_group(row_group)
     rows = max(metadata.num_rows, 1)
     per_slice = max(64, slice_bytes * rows // max(metadata.total_byte_size, 1))
     columns = list(READ_COLUMNS) if encode is None else None
-    slices = [
-        decode_segment(pa.Table.from_batches([batch]), partition, encode)
-        for batch in parquet.iter_batches(
-            batch_size=per_slice, row_groups=[row_group], columns=columns
-        )
+    wanted = set(partitions)
+    slices: dict[int, list[Segment]] = {partition: [] for partition in wanted}
+    batches = parquet.iter_batches(
+        batch_size=per_slice,
+        row_groups=[row_group],
+        columns=columns,
+        # Decoding a small row group's columns on Arrow's threads costs more than it saves.
+        use_threads=metadata.total_byte_size > _THREADED_BYTES,
+    )
+    for batch in batches:
+        for partition, part in split_by_partition(pa.Table.from_batches([batch]), wanted):
+            piece = decode_segment(part, partition, encode)
+            if len(piece):
+                slices[partition].append(piece)
+    disordered = [partition for partition, pieces in slices.items() if not _in_order(pieces)]
+    if disordered:
+        whole = parquet.read_row_group(row_group, columns=columns)
+        for partition in disordered:
+            slices[partition] = _cut(decode_segment(whole, partition, encode), per_slice)
+    return slices
+
+
+def split_by_partition(rows: pa.Table, wanted: Collection[int]) -> list[tuple[int, pa.Table]]:
+    """The rows of each ``wanted`` partition in ``rows`` (in their order), one table each; a
+    table of one partition is passed through without a copy."""
+    values = rows.column("kafka_partition").to_numpy()
+    if not len(values):
+        return []
+    first = int(values[0])
+    if (values == first).all():  # the usual case: row groups hold one partition's rows
+        return [(first, rows)] if first in wanted else []
+    order = np.argsort(values, kind="stable")  # each partition's rows keep their order
+    ordered = values[order]
+    present, starts = np.unique(ordered, return_index=True)
+    ends = [*starts[1:].tolist(), len(ordered)]
+    return [
+        (int(partition), rows.take(pa.array(order[start:end])))
+        for partition, start, end in zip(present.tolist(), starts.tolist(), ends, strict=True)
+        if partition in wanted
     ]
-    slices = [piece for piece in slices if len(piece)]
-    if _in_order(slices):
-        return slices
-    whole = decode_segment(parquet.read_row_group(row_group, columns=columns), partition, encode)
+
+
+def _cut(whole: Segment, per_slice: int) -> list[Segment]:
+    """A segment cut into slices of ``per_slice`` rows with payloads of their own."""
     out = []
     for start in range(0, len(whole), per_slice):
         stop = min(start + per_slice, len(whole))

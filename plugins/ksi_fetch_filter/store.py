@@ -2,9 +2,11 @@
 footers and the decoded row-group slices every :class:`~.coldset.ColdTable` shares.
 
 Row groups are read whole (Spark writes them up to 128 MB) and cached as slices of about
-``_SLICE_BYTES`` decoded bytes, each with its own buffers, within ``cache_max_bytes``. Slices a
-sequential reader has passed are the first evicted; read-ahead loads the next row groups only
-into room that unread slices leave.
+``_SLICE_BYTES`` decoded bytes of one Kafka partition, each with its own buffers, within
+``cache_max_bytes``; a row group is read once for all the partitions a Fetch (or a turn of
+read-ahead) needs of it, and split into each one's slices. Slices a sequential reader has
+passed are the first evicted; read-ahead loads the next row groups only into room that unread
+slices leave, one turn of read-ahead at a time on the reader threads.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,7 +31,7 @@ from bergstream.plugins.ksi_fetch_filter.segments import (
     Segment,
     SegmentRef,
     concat_segments,
-    read_row_group_slices,
+    read_row_group_partitions,
     row_group_offset_range,
 )
 from bergstream.plugins.ksi_fetch_filter.typed import TypedTables
@@ -42,6 +44,13 @@ T = TypeVar("T")
 
 #: Decoded size of one cached slice of a row group.
 _SLICE_BYTES = 4 * 1024 * 1024
+#: Partitions one turn of read-ahead handles before the reader thread takes other work.
+_AHEAD_CHUNK = 64
+
+
+def _is_local(path: str) -> bool:
+    """Whether a data file's location is on the local file system."""
+    return path.startswith(("file:", "/"))
 
 
 class ColdStore:
@@ -70,6 +79,11 @@ class ColdStore:
         self._slice_index: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
         self._row_group_bytes = 0
         self._loading_lock = threading.Lock()
+        #: Read-ahead waiting for a reader thread: (topic, partition) -> (table, partition,
+        #: offset), in the order asked; one turn of it at a time is on the reader threads.
+        self._ahead_queue: dict[tuple[str, int], tuple[ColdTable, int, int]] = {}
+        self._ahead_draining = False
+        self._ahead_lock = threading.Lock()
         self.tables: dict[str, ColdTable] = {}
         for topic, table in config.table_of().items():
             self.open_table(topic, table)
@@ -165,14 +179,16 @@ class ColdStore:
         offset: int,
         want_bytes: int,
         encode: PayloadEncoder | None = None,
+        also: Collection[int] = (),
     ) -> list[tuple[tuple[str, int, int, int], Segment]]:
         """Cached slices of a row group: the one holding the first row of ``partition`` at
         or after ``offset``, then the next ones while fewer than ``want_bytes`` are gathered
-        (the row group is read again when a needed slice is not cached)."""
+        (the row group is read again when a needed slice is not cached). A row group read now
+        is split for the partitions ``also`` too (see :meth:`load`)."""
         base = (ref.path, ref.row_group, partition)
         index = self._slice_index.get(base)
         if index is None:
-            self._slices(ref, partition, force=True, encode=encode)
+            self._slices(ref, partition, force=True, encode=encode, also=also)
             index = self._slice_index.get(base, [])
         number = bisect_left(index, offset, key=lambda bounds: bounds[1])
         out: list[tuple[tuple[str, int, int, int], Segment]] = []
@@ -181,7 +197,7 @@ class ColdStore:
             key = (*base, number)
             piece = self.segments.get(key)
             if piece is None:
-                pieces = self._slices(ref, partition, force=True, encode=encode)
+                pieces = self._slices(ref, partition, force=True, encode=encode, also=also)
                 if number >= len(pieces):
                     break
                 piece = pieces[number]
@@ -202,21 +218,42 @@ class ColdStore:
             (ref.path, ref.row_group, partition, n) in self.segments for n in range(len(index))
         )
 
+    def load(
+        self,
+        ref: SegmentRef,
+        partitions: Collection[int],
+        encode: PayloadEncoder | None = None,
+    ) -> None:
+        """Make the slices of row group ``ref`` of each of ``partitions`` cached: the row group
+        is read once for all those not cached yet, and only into room that unread slices leave
+        (what a reader still needs is never evicted for what it may need later)."""
+        missing = [p for p in partitions if not self._cached(ref, p)]
+        if missing and self._has_room(self._row_group_bytes):
+            self._slices(ref, missing[0], encode=encode, also=missing[1:])
+
+    def _has_room(self, size: int) -> bool:
+        """Whether ``size`` more bytes fit in the cache without evicting unread slices."""
+        return self.segments.live_size + size <= self.segments.max_bytes
+
     def _slices(
         self,
         ref: SegmentRef,
         partition: int,
         force: bool = False,
         encode: PayloadEncoder | None = None,
+        also: Collection[int] = (),
     ) -> list[Segment]:
         """The slices of a row group, from the cache or read now (once, however many threads
         ask at the same time). A data file is immutable and its rows' bytes do not depend on
-        the table's later schemas, so slices stay valid across snapshots."""
+        the table's later schemas, so slices stay valid across snapshots. A read is split for
+        the partitions ``also`` too: those not cached nor being loaded get their slices cached
+        (within the room unread slices leave)."""
         base = (ref.path, ref.row_group, partition)
         if not force:
             cached = self._cached_slices(base)
             if cached is not None:
                 return cached
+        others: dict[int, Future[list[Segment]]] = {}
         with self._loading_lock:
             future = self._loading.get(base)
             owner = future is None
@@ -228,23 +265,52 @@ class ColdStore:
                     return cached
                 future = Future()
                 self._loading[base] = future
+                others = self._claim(ref, partition, also)
         if not owner:
             return future.result()
         try:
-            slices = self._read_slices(ref, partition, encode)
+            read = self._read_slices(ref, [partition, *others], encode)
         except BaseException as error:
-            future.set_exception(error)
+            for waited in (future, *others.values()):
+                waited.set_exception(error)
             raise
         else:
+            slices = read[partition]
             future.set_result(slices)
-            for number, piece in enumerate(slices):
-                self.segments.put((*base, number), piece, piece.nbytes)
-            self._slice_index[base] = [(int(p.offsets[0]), int(p.offsets[-1])) for p in slices]
+            self._keep(base, slices)
             self._row_group_bytes = sum(p.nbytes for p in slices)
+            for other, waited in others.items():
+                pieces = read[other]
+                waited.set_result(pieces)
+                if (
+                    self.segments.live_size + sum(p.nbytes for p in pieces)
+                    <= self.segments.max_bytes
+                ):
+                    self._keep((ref.path, ref.row_group, other), pieces)
             return slices
         finally:
             with self._loading_lock:
-                self._loading.pop(base, None)
+                for other in (partition, *others):
+                    self._loading.pop((ref.path, ref.row_group, other), None)
+
+    def _claim(
+        self, ref: SegmentRef, partition: int, also: Collection[int]
+    ) -> dict[int, Future[list[Segment]]]:
+        """Mark row group ``ref`` of each partition of ``also`` neither cached nor being loaded
+        as being loaded by the caller (``_loading_lock`` held): their loads wait for its read."""
+        claimed: dict[int, Future[list[Segment]]] = {}
+        for other in also:
+            key = (ref.path, ref.row_group, other)
+            if other == partition or key in self._loading or self._cached_slices(key) is not None:
+                continue
+            claimed[other] = self._loading[key] = Future()
+        return claimed
+
+    def _keep(self, base: tuple[str, int, int], slices: list[Segment]) -> None:
+        """Cache the slices of row group ``base`` (path, row group, partition) and index them."""
+        for number, piece in enumerate(slices):
+            self.segments.put((*base, number), piece, piece.nbytes)
+        self._slice_index[base] = [(int(p.offsets[0]), int(p.offsets[-1])) for p in slices]
 
     def _cached_slices(self, base: tuple[str, int, int]) -> list[Segment] | None:
         """Every slice of row group ``base`` (path, row group, partition) if all are cached."""
@@ -257,13 +323,16 @@ class ColdStore:
         return pieces  # type: ignore[return-value]
 
     def _read_slices(
-        self, ref: SegmentRef, partition: int, encode: PayloadEncoder | None
-    ) -> list[Segment]:
+        self, ref: SegmentRef, partitions: list[int], encode: PayloadEncoder | None
+    ) -> dict[int, list[Segment]]:
         table = self._any_table()
         try:
             with table.io.new_input(ref.path).open() as stream:
-                return read_row_group_slices(
-                    pq.ParquetFile(stream), ref.row_group, partition, _SLICE_BYTES, encode
+                # Pre-buffering coalesces an object store's ranged reads; on a local disk it
+                # only adds a hop through Arrow's I/O threads.
+                parquet = pq.ParquetFile(stream, pre_buffer=not _is_local(ref.path))
+                return read_row_group_partitions(
+                    parquet, ref.row_group, partitions, _SLICE_BYTES, encode
                 )
         except ColdsetError:
             raise
@@ -276,27 +345,77 @@ class ColdStore:
         """Load the row groups after ``offset`` in the background, and encode the payloads
         of a typed table's slices from ``offset`` on (errors are ignored: the fetch that needs
         them reads them again and reports the failure)."""
-        count = self.config.read_ahead_segments
-        if count <= 0:
+        self.prefetch_many(cold, {partition: offset})
+
+    def prefetch_many(self, cold: ColdTable, offsets: Mapping[int, int]) -> None:
+        """:meth:`prefetch` for each partition of ``offsets`` (partition -> offset). Read-ahead
+        is queued (a newer offset of a queued partition replaces the older) and worked off by
+        one reader thread at a time, ``_AHEAD_CHUNK`` partitions per turn, so read-ahead of
+        thousands of partitions never holds every reader thread, nor queues work a Fetch
+        would wait behind for more than a turn; a row group several queued partitions need is
+        read once for them all."""
+        if self.config.read_ahead_segments <= 0 or not offsets:
             return
+        with self._ahead_lock:
+            for partition, offset in offsets.items():
+                key = (cold.topic, partition)
+                self._ahead_queue.pop(key, None)
+                self._ahead_queue[key] = (cold, partition, offset)
+            if self._ahead_draining:
+                return
+            self._ahead_draining = True
+        self._next_ahead_turn()
 
-        def work() -> None:
+    def _next_ahead_turn(self) -> None:
+        try:
+            self.executor.submit(self._ahead_turn)
+        except RuntimeError:  # closed
+            with self._ahead_lock:
+                self._ahead_draining = False
+
+    def _ahead_turn(self) -> None:
+        with self._ahead_lock:
+            taken = [
+                self._ahead_queue.pop(next(iter(self._ahead_queue)))
+                for _ in range(min(_AHEAD_CHUNK, len(self._ahead_queue)))
+            ]
+        try:
+            by_table: dict[ColdTable, dict[int, int]] = {}
+            for cold, partition, offset in taken:
+                by_table.setdefault(cold, {})[partition] = offset
+            for cold, offsets in by_table.items():
+                self._read_ahead(cold, offsets)
+        finally:
+            with self._ahead_lock:
+                more = bool(self._ahead_queue)
+                self._ahead_draining = more
+            if more:
+                self._next_ahead_turn()
+
+    def _read_ahead(self, cold: ColdTable, offsets: dict[int, int]) -> None:
+        """Load the next ``read_ahead_segments`` row groups of each partition after its offset
+        (each row group once for all the partitions needing it) and encode a typed table's
+        payloads from there. Best effort: errors are left to the fetches that need the rows."""
+        try:
+            encode = cold.encoder()
+        except Exception:
+            return
+        needs: dict[tuple[str, int], tuple[SegmentRef, dict[int, int]]] = {}
+        for partition, offset in offsets.items():
             try:
-                encode = cold.encoder()
-                for ref in cold.next_refs(partition, offset, count):
-                    if not self._cached(ref, partition):
-                        # Only into room the unread entries leave: never evict what a reader
-                        # still needs to make room for what it may need later.
-                        live = self.segments.live_size
-                        if live + self._row_group_bytes > self.segments.max_bytes:
-                            return
-                        self._slices(ref, partition, encode=encode)
-                    if encode is not None:
+                refs = cold.next_refs(partition, offset, self.config.read_ahead_segments)
+            except Exception:
+                continue
+            for ref in refs:
+                needs.setdefault((ref.path, ref.row_group), (ref, {}))[1][partition] = offset
+        for ref, wanted in needs.values():
+            try:
+                self.load(ref, list(wanted), encode)
+                if encode is not None:
+                    for partition, offset in wanted.items():
                         self._encode_ahead(ref, partition, offset)
-            except Exception:  # read-ahead is best effort
-                pass
-
-        self.executor.submit(work)
+            except Exception:
+                continue
 
     def _encode_ahead(self, ref: SegmentRef, partition: int, offset: int) -> None:
         """Make the payloads of the cached slices of a row group holding offsets from
@@ -330,6 +449,8 @@ class ColdStore:
     def close(self) -> None:
         """Stop the reader threads and drop the caches."""
         self.executor.shutdown(wait=False, cancel_futures=True)
+        with self._ahead_lock:
+            self._ahead_queue.clear()
         self.ahead.clear()
         self.segments.clear()
         self._footers.clear()
