@@ -24,12 +24,13 @@ DuckDB also reads the physical table's files copied to the stack's S3 server (Se
 about ten times slower than local files, so this second baseline shows what is ISK's own cost.
 
 Goals (issue 5): ISK warm within 1.2x of the physical table, cold within 3x; synthesis at least
-200 MB/s per core. Goals (issue 17), against the same files on the S3 server: cold within 1.5x,
-warm within 1.0x; ISK's CPU seconds per GB synthesized in a cold query are printed beside
-them. The machine is shared: compare ratios, not absolute times. The summary's ``machine``
-(printed first) holds what differs between machines: CPU model, vector flags and a single-core
-probe (SHA-256 of 64 MB), steal time, transparent huge pages, Arrow's allocator and SIMD level,
-numba's cached kernels (none: the first cold query compiles them), versions.
+200 MB/s per core. Goals (issue 34, which tightened issue 17's 1.5x), against the same files on
+the S3 server: cold within 1.2x, warm within 1.0x, at 400k and at 1M records; ISK's CPU
+seconds per GB synthesized in a cold query are printed beside them. The machine is shared:
+compare ratios, not absolute times. The summary's ``machine`` (printed first) holds what
+differs between machines: CPU model, vector flags and a single-core probe (SHA-256 of 64 MB),
+steal time, transparent huge pages, Arrow's allocator and SIMD level, numba's cached kernels
+(none: the first cold query compiles them), versions.
 ``--parquet-compression`` sets ISK's codec; ``--profile-cold DIR`` samples ISK with py-spy
 during the first cold query of each engine.
 
@@ -79,8 +80,9 @@ TOPIC = "isk_query_bench"
 ACCESS_KEY = "isk-bench"
 SECRET_KEY = "isk-bench-secret"
 WARM_GOAL, COLD_GOAL, SYNTHESIS_GOAL_MB_S = 1.2, 3.0, 200.0
-#: Issue 17's goals, against the same files on a real S3 server (the stack's).
-WARM_GOAL_S3, COLD_GOAL_S3 = 1.0, 1.5
+#: Issue 34's goals (issue 17's cold goal was 1.5), against the same files on a real S3 server
+#: (the stack's).
+WARM_GOAL_S3, COLD_GOAL_S3 = 1.0, 1.2
 # Reads every value (octet_length needs the bytes), and checks the offsets as well as the count.
 QUERY = (
     "SELECT count(*), sum(octet_length(kafka_value)), sum(kafka_offset), max(kafka_offset) "

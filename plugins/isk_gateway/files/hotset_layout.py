@@ -34,8 +34,9 @@ __all__ = [
 #: Bumped whenever the bytes written for the same rows change (a layout change must never serve
 #: a file whose size differs from the one an index entry or a cached manifest states), or what an
 #: index entry holds does (an older entry must never be read as a newer one). 3: entries bound the
-#: timestamp type, key and value too. 4: row groups of :data:`ROW_GROUP_ROWS` rows.
-LAYOUT_VERSION = 4
+#: timestamp type, key and value too. 4: row groups of :data:`ROW_GROUP_ROWS` rows. 5: key and
+#: value columns the codec does not shrink are written uncompressed (``synthesis.column_codecs``).
+LAYOUT_VERSION = 5
 #: Rows per Parquet row group of a hotset file: engines scan a file's row groups on several
 #: threads, and one group per file (before layout 4) left DuckDB on one core per file; a quarter
 #: of the default chunk (``chunk_records``) gives a 1 KB-record file four groups of 25 MB.

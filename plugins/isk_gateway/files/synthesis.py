@@ -13,6 +13,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -24,7 +25,7 @@ from pyiceberg.io.pyarrow import (
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.typedef import Record as IcebergRecord
 
-from bergstream.core.api import ROW_SCHEMA, SORT_ORDER
+from bergstream.core.api import ROW_ARROW_SCHEMA, ROW_SCHEMA, SORT_ORDER
 from bergstream.plugins.isk_gateway.files.batch_decoder import (
     AbortedTransaction,
     SynthesisError,
@@ -69,6 +70,66 @@ _STATISTICS_COLUMNS = ["kafka_partition", "kafka_offset", "kafka_timestamp", "ka
 _DICTIONARY_COLUMNS = ["kafka_partition", "kafka_timestamp_type", "kafka_key"]
 
 
+#: The row contract's columns, and their Parquet leaf columns in order.
+_ROW_COLUMNS = tuple(ROW_ARROW_SCHEMA.names)
+_ROW_LEAVES = (
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_timestamp",
+    "kafka_timestamp_type",
+    "kafka_key",
+    "kafka_headers.list.element.key",
+    "kafka_headers.list.element.value",
+    "kafka_value",
+)
+#: The byte columns whose codec follows their rows, and how much of each is tried.
+_PAYLOAD_COLUMNS = ("kafka_key", "kafka_value")
+_SAMPLE_BYTES = 256 * 1024
+#: A payload that the codec shrinks by less than this is written uncompressed.
+_WORTH_COMPRESSING = 0.9
+
+
+def column_codecs(table: pa.Table, compression: str) -> str | dict[str, str]:
+    """The codec of each column of ``table``: ``compression``, except for a key or value column
+    of the row contract that ``compression`` does not shrink by a tenth on its first 256 KB,
+    which is written uncompressed.
+
+    Why: values that are already compressed or encrypted (Kafka's own batch compression is
+    undone by ISK, but many producers compress payloads themselves) cost the codec's CPU on
+    every write and every read for nothing. Measured (100k random values of 1 KB, pyarrow's
+    writer): snappy 45-72 ms, uncompressed 33-35 ms. The choice depends on the rows alone, so a
+    file rebuilt from its key has the same bytes."""
+    if compression == "none" or tuple(table.column_names) != _ROW_COLUMNS:
+        return compression
+    plain = [name for name in _PAYLOAD_COLUMNS if not _shrinks(table.column(name), compression)]
+    if not plain:
+        return compression
+    return {leaf: "none" if leaf in plain else compression for leaf in _ROW_LEAVES}
+
+
+def _shrinks(column: pa.ChunkedArray, compression: str) -> bool:
+    """Whether ``compression`` shrinks the first value bytes of a binary column by a tenth (a
+    column of under 4 KB of values: assumed so)."""
+    sample = _first_value_bytes(column.chunks[0]) if column.num_chunks else None
+    if sample is None or sample.size < 4096:
+        return True
+    packed = pa.compress(sample, codec=compression, asbytes=False)
+    return packed.size < _WORTH_COMPRESSING * sample.size
+
+
+def _first_value_bytes(chunk: pa.Array) -> pa.Buffer | None:
+    """Up to :data:`_SAMPLE_BYTES` of the concatenated values of a (large) binary array, as a
+    slice of its data buffer (no copy)."""
+    offsets, data = chunk.buffers()[1:3]
+    if not len(chunk) or offsets is None or data is None:
+        return None
+    kind = np.int64 if pa.types.is_large_binary(chunk.type) else np.int32
+    width = np.dtype(kind).itemsize
+    bounds = np.frombuffer(offsets, dtype=kind, count=len(chunk) + 1, offset=chunk.offset * width)
+    start = int(bounds[0])
+    return data.slice(start, min(int(bounds[-1]) - start, _SAMPLE_BYTES))
+
+
 def parquet_bytes(
     table: pa.Table,
     compression: str = "snappy",
@@ -89,7 +150,7 @@ def parquet_bytes(
             f"Parquet compression {compression!r} is not one of {', '.join(PARQUET_COMPRESSIONS)}"
         )
     options = {
-        "compression": compression,
+        "compression": column_codecs(table, compression),
         "row_group_size": row_group_rows,
         "store_schema": False,
         "use_dictionary": list(dictionary_columns),

@@ -7,6 +7,7 @@ import io
 import struct
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -239,6 +240,62 @@ def test_hotset_layout_cuts_row_groups_by_row_count_alike_for_a_slice_and_a_copy
     metadata = pq.ParquetFile(io.BytesIO(written)).metadata
     assert [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)] == [4, 4, 2]
     assert pq.read_table(io.BytesIO(written)).cast(ROW_ARROW_SCHEMA).equals(fresh)
+
+
+def _payload_rows(values: list[bytes], first: int = 0, slice_from: int | None = None) -> pa.Table:
+    """Rows whose keys and values are ``values``, decoded from record batches from offset
+    ``first`` on; or, with ``slice_from``, all decoded and then sliced from there (a slice of
+    a wider decode, as the indexer writes)."""
+    records = [
+        Record(i, 7 + i, value[:16], value, (("h", b"v"),)) for i, value in enumerate(values)
+    ]
+    blob = build_batch(records, BatchInfo(base_offset=0))
+    if slice_from is not None:
+        return records_to_table(blob, 0).slice(slice_from)
+    return records_to_table(blob, 0, first, len(values))
+
+
+def _codecs(data: bytes | memoryview) -> dict[str, str]:
+    metadata = pq.ParquetFile(io.BytesIO(data)).metadata.row_group(0)
+    return {
+        metadata.column(i).path_in_schema: metadata.column(i).compression
+        for i in range(metadata.num_columns)
+    }
+
+
+def test_values_the_codec_cannot_shrink_are_written_uncompressed() -> None:
+    import os
+
+    random_values = [os.urandom(1024) for _ in range(300)]
+    table = _payload_rows(random_values)
+    codecs = _codecs(parquet_bytes(table, "snappy"))
+    assert codecs["kafka_value"] == "UNCOMPRESSED"
+    assert codecs["kafka_key"] == "UNCOMPRESSED"  # 16 random bytes each
+    assert {codecs[c] for c in codecs if c not in ("kafka_value", "kafka_key")} == {"SNAPPY"}
+    assert (
+        pq.read_table(io.BytesIO(parquet_bytes(table, "zstd"))).cast(ROW_ARROW_SCHEMA).equals(table)
+    )
+    # Compressible values keep the codec; a table too small to judge keeps it too.
+    text = [b"order %d shipped to warehouse north, status ok; " % i * 20 for i in range(300)]
+    assert set(_codecs(parquet_bytes(_payload_rows(text), "zstd")).values()) == {"ZSTD"}
+    assert set(_codecs(parquet_bytes(_payload_rows(random_values[:2]), "snappy")).values()) == {
+        "SNAPPY"
+    }
+    assert set(_codecs(parquet_bytes(table, "none")).values()) == {"UNCOMPRESSED"}
+
+
+def test_the_codec_choice_depends_on_the_rows_alone() -> None:
+    import os
+
+    from bergstream.plugins.isk_gateway.files.hotset_layout import parquet_layout
+
+    values = [b"a" * 900] * 400 + [os.urandom(900) for _ in range(400)]
+    whole = _payload_rows(values)
+    sliced = _payload_rows(values, slice_from=400)  # the sample starts where the rows do
+    rebuilt = _payload_rows(values, first=400)  # what a rebuild from the key decodes
+    assert _codecs(parquet_layout(whole))["kafka_value"] == "SNAPPY"
+    assert bytes(parquet_layout(sliced)) == bytes(parquet_layout(rebuilt))
+    assert _codecs(parquet_layout(sliced))["kafka_value"] == "UNCOMPRESSED"
 
 
 def test_data_file_stats_bounds_partition_and_size() -> None:
