@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.table import Table
 
 from bergstream.core.config import BergstreamConfig
 from bergstream.core.lake import (
@@ -59,6 +60,19 @@ def make_record(offset: int, *, timestamp: int | None = None, size: int = 40) ->
     )
 
 
+def row_table(lake: ResolvedLake, topic: str, **create: Any) -> Table:
+    """``topic``'s table in the lake's namespace; created when missing with the row contract's
+    schema and ``create`` (``create_table``'s arguments; default: :data:`TEST_SPEC` and the
+    row contract's sort order)."""
+    catalog = load_catalog(lake)
+    catalog.create_namespace_if_not_exists(lake.namespace)
+    identifier = lake.table_identifier(topic)
+    if catalog.table_exists(identifier):
+        return catalog.load_table(identifier)
+    settings = {"partition_spec": TEST_SPEC, "sort_order": SORT_ORDER, **create}
+    return catalog.create_table(identifier, ROW_SCHEMA, **settings)
+
+
 def write_cold(
     lake: ResolvedLake,
     topic: str,
@@ -69,15 +83,7 @@ def write_cold(
 ) -> None:
     """Append ``rows`` to ``topic``'s table (created when missing), ``rows_per_file`` per
     data file and partition, each append's snapshot carrying ``boundary``."""
-    catalog = load_catalog(lake)
-    catalog.create_namespace_if_not_exists(lake.namespace)
-    identifier = lake.table_identifier(topic)
-    if catalog.table_exists(identifier):
-        table = catalog.load_table(identifier)
-    else:
-        table = catalog.create_table(
-            identifier, ROW_SCHEMA, partition_spec=TEST_SPEC, sort_order=SORT_ORDER
-        )
+    table = row_table(lake, topic)
     by_partition: dict[int, list[dict[str, Any]]] = {}
     for partition, timestamp_type, record in rows:
         by_partition.setdefault(partition, []).append(
@@ -93,7 +99,7 @@ def write_cold(
             pa.Table.from_pylist(chunk, schema=ROW_ARROW_SCHEMA),
             snapshot_properties={BOUNDARY_PROPERTY: format_boundary(boundary)},
         )
-        table = catalog.load_table(identifier)
+        table = table.refresh()
 
 
 def ksi_config_model(lake: ResolvedLake) -> BergstreamConfig:

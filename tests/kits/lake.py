@@ -169,3 +169,30 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
+
+
+def produce_transactions(
+    bootstrap: str, topic: str, steps: list[tuple[str, list[Produced]]]
+) -> None:
+    """Produce each step's records in a transaction of its own, then commit or abort it as the
+    step says (``"commit"`` or ``"abort"``); one transactional producer for all the steps."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic}"})
+    producer.init_transactions(30)
+    for outcome, records in steps:
+        producer.begin_transaction()
+        for record in records:
+            producer.produce(
+                topic,
+                key=record.key,
+                value=record.value,
+                partition=record.partition,
+                headers=list(record.headers) or None,
+                timestamp=record.timestamp or 0,
+            )
+        producer.flush(30)
+        if outcome == "commit":
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)

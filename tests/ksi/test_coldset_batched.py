@@ -21,15 +21,13 @@ from bergstream.core.lake import ResolvedLake, load_catalog
 from bergstream.core.typed.row_contract import (
     BOUNDARY_PROPERTY,
     ROW_ARROW_SCHEMA,
-    ROW_SCHEMA,
-    SORT_ORDER,
     format_boundary,
     record_to_row,
 )
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
 from bergstream.plugins.ksi_fetch_filter.planner import FetchAsk, plan_fetch
 from bergstream.plugins.ksi_fetch_filter.store import ColdStore
-from tests.kits.coldset_tables import make_lake, make_record, write_cold
+from tests.kits.coldset_tables import make_lake, make_record, row_table, write_cold
 
 BUDGET = 4_000
 BATCH_MAX_BYTES = 1_024
@@ -73,19 +71,12 @@ def write_interleaved(
 ) -> None:
     """Append one unpartitioned data file whose rows interleave ``partitions`` (offset by
     offset), ``row_group_rows`` rows per row group, the boundary past the last offset."""
-    catalog = load_catalog(lake)
-    catalog.create_namespace_if_not_exists(lake.namespace)
-    identifier = lake.table_identifier(topic)
-    if catalog.table_exists(identifier):
-        table = catalog.load_table(identifier)
-    else:
-        table = catalog.create_table(
-            identifier,
-            ROW_SCHEMA,
-            partition_spec=UNPARTITIONED_PARTITION_SPEC,
-            sort_order=SORT_ORDER,
-            properties={"write.parquet.row-group-limit": str(row_group_rows)},
-        )
+    table = row_table(
+        lake,
+        topic,
+        partition_spec=UNPARTITIONED_PARTITION_SPEC,
+        properties={"write.parquet.row-group-limit": str(row_group_rows)},
+    )
     rows = [record_to_row(p, make_record(o), 0) for o in offsets for p in partitions]
     boundary = {**table_boundary(table), **dict.fromkeys(partitions, offsets.stop)}
     table.append(

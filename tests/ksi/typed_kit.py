@@ -12,8 +12,6 @@ import pyarrow as pa
 from bergstream.core.api import (
     BOUNDARY_PROPERTY,
     ROW_ARROW_SCHEMA,
-    ROW_SCHEMA,
-    SORT_ORDER,
     Record,
     ResolvedLake,
     SchemaSource,
@@ -25,7 +23,7 @@ from bergstream.core.api import (
     load_catalog,
 )
 from bergstream.core.typed.row_contract import record_to_row
-from tests.kits.coldset_tables import TEST_SPEC
+from tests.kits.coldset_tables import row_table
 
 #: (partition, timestamp type, record): a record as it sits in Kafka.
 KafkaRow = tuple[int, int, Record]
@@ -52,15 +50,9 @@ def write_typed(
     """Append contract ``rows`` to ``topic``'s typed table (created from the contract when
     missing, evolved to the layout the subjects of ``source`` give), ``rows_per_file`` rows per
     data file (one append each); returns the layout written with."""
+    table = row_table(lake, topic)
     catalog = load_catalog(lake)
-    catalog.create_namespace_if_not_exists(lake.namespace)
     identifier = lake.table_identifier(topic)
-    if catalog.table_exists(identifier):
-        table = catalog.load_table(identifier)
-    else:
-        table = catalog.create_table(
-            identifier, ROW_SCHEMA, partition_spec=TEST_SPEC, sort_order=SORT_ORDER
-        )
     layout = build_layout(table.schema(), table.metadata.last_column_id, codecs, source)
     if layout.schema.as_struct() != table.schema().as_struct():
         with table.update_schema() as update:

@@ -20,7 +20,7 @@ from bergstream.pipeline.settings import PipelineLake
 from bergstream.pipeline.stream import worker_fetch_settings
 from bergstream.pipeline.topic_runs import run_topics
 from bergstream.pipeline.topics import TopicSelection
-from tests.kits.lake import Produced, produce
+from tests.kits.lake import Produced, produce, produce_transactions
 
 pytestmark = pytest.mark.slow
 
@@ -38,30 +38,6 @@ def _records(count: int, tag: str, first: int = 0) -> list[Produced]:
         )
         for i in range(first, first + count)
     ]
-
-
-def _aborted_then_committed(bootstrap: str, topic: str, records: list[Produced]) -> None:
-    """``records`` in an aborted transaction, then again in a committed one."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic}"})
-    producer.init_transactions(30)
-    for commit in (False, True):
-        producer.begin_transaction()
-        for record in records:
-            producer.produce(
-                topic,
-                key=record.key,
-                value=record.value,
-                partition=record.partition,
-                headers=list(record.headers) or None,
-                timestamp=record.timestamp or 0,
-            )
-        producer.flush(30)
-        if commit:
-            producer.commit_transaction(30)
-        else:
-            producer.abort_transaction(30)
 
 
 def _kafka_rows(bootstrap: str, topic: str) -> list[dict[str, Any]]:
@@ -110,7 +86,8 @@ def test_the_groups_two_readers_copy_exactly_the_committed_records(
     topics = [create_topic(PARTITIONS, prefix="group") for _ in range(2)]
     for number, topic in enumerate(topics):
         produce(kafka_bootstrap, topic, _records(30 + 10 * number, topic))
-        _aborted_then_committed(kafka_bootstrap, topic, _records(7, f"tx-{topic}", first=100))
+        again = _records(7, f"tx-{topic}", first=100)
+        produce_transactions(kafka_bootstrap, topic, [("abort", again), ("commit", again)])
     catalog = load_catalog(lake)
     for round_ in range(2):
         if round_:

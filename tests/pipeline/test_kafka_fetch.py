@@ -24,33 +24,11 @@ from bergstream.pipeline.kafka_fetch import (
     split_ranges,
 )
 from bergstream.pipeline.stream import kafka_rows
-from tests.kits.lake import Produced, produce
+from tests.kits.lake import Produced, produce, produce_transactions
 
 pytestmark = pytest.mark.slow
 
 _COLUMNS = FETCHED_SCHEMA.names
-
-
-def _transactions(bootstrap: str, topic: str, steps: list[tuple[str, list[Produced]]]) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic}"})
-    producer.init_transactions(30)
-    for outcome, records in steps:
-        producer.begin_transaction()
-        for record in records:
-            producer.produce(
-                topic,
-                key=record.key,
-                value=record.value,
-                partition=record.partition,
-                headers=list(record.headers) or None,
-            )
-        producer.flush(30)
-        if outcome == "commit":
-            producer.commit_transaction(30)
-        else:
-            producer.abort_transaction(30)
 
 
 def _records(partition: int, count: int, tag: str) -> list[Produced]:
@@ -107,7 +85,7 @@ def test_fetched_rows_equal_sparks_over_transactions_and_ranges_that_end_on_mark
 ) -> None:
     topic = create_topic(partitions=2)
     produce(kafka_bootstrap, topic, _records(0, 40, "plain") + _records(1, 25, "plain"))
-    _transactions(
+    produce_transactions(
         kafka_bootstrap,
         topic,
         [
