@@ -5,7 +5,7 @@ batch's offset ranges read by the same ``mapInArrow`` function that decodes them
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,10 +19,10 @@ from bergstream.pipeline.kafka_fetch import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["BatchRows", "batch_ranges"]
+__all__ = ["BatchRows", "batch_ranges", "planned_picks"]
 
 #: librdkafka's offset meaning "the partition's log start".
 LOG_START = -2
@@ -38,6 +38,16 @@ def batch_ranges(boundary: dict[int, int], end: dict[int, int]) -> list[OffsetRa
         for partition, until in sorted(end.items())
         if until > boundary.get(partition, 0)
     ]
+
+
+def planned_picks(
+    spark: SparkSession, ranges: Iterable[OffsetRange]
+) -> tuple[tuple[tuple[OffsetRange, ...], ...], DataFrame]:
+    """``ranges`` dealt into one task per core (:func:`~.kafka_fetch.plan_tasks`), and the
+    frame of ``spark.range`` ids, one per Spark partition, that picks each task's ranges for a
+    ``mapInArrow`` function."""
+    tasks = plan_tasks(list(ranges), spark.sparkContext.defaultParallelism)
+    return tasks, spark.range(0, len(tasks), 1, max(1, len(tasks)))
 
 
 def _read_then(
@@ -69,10 +79,7 @@ class BatchRows:
             return frame.mapInArrow(function, schema)
         if columns:
             function = functools.partial(_selecting, columns, function)
-        spark = self.frame.sparkSession
-        tasks = plan_tasks(list(self.ranges), spark.sparkContext.defaultParallelism)
-        # spark.range's ids, one per Spark partition, pick each task's ranges.
-        picks = spark.range(0, len(tasks), 1, max(1, len(tasks)))
+        tasks, picks = planned_picks(self.frame.sparkSession, self.ranges)
         return picks.mapInArrow(functools.partial(_read_then, self.fetch, tasks, function), schema)
 
 

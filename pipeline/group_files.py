@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bergstream.pipeline.kafka_fetch import FetchSettings, OffsetRange, fetch_range
+from bergstream.pipeline.kafka_fetch import FetchSettings, OffsetRange, fetched_ranges
 from bergstream.pipeline.typed_files import FileTarget, TaskFiles, WrittenFile
 
 __all__ = [
@@ -70,17 +70,14 @@ def write_fetched_group_files(
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function over ``spark.range`` ids picking ``tasks`` (bind the first
     three with ``functools.partial``): read each picked task's offset ranges (each naming its
-    topic) from Kafka with librdkafka (:func:`~bergstream.pipeline.kafka_fetch.fetch_range`)
+    topic) from Kafka with librdkafka (:func:`~bergstream.pipeline.kafka_fetch.fetched_ranges`)
     and write them into their topic's table files; yields one row per file. A task that fails
     deletes what it wrote."""
     parts = (
-        (offsets.topic, pa.Table.from_batches([batch]))
-        for pick in picks
-        for index in pick.column("id").to_pylist()
-        for offsets in tasks[index]
-        for batch in fetch_range(settings, offsets)
+        (offsets.topic or settings.topic, pa.Table.from_batches([batch]))
+        for offsets, batch in fetched_ranges(settings, tasks, picks)
     )
-    yield _write_parts(targets, parts)  # type: ignore[arg-type]
+    yield _write_parts(targets, parts)
 
 
 def _by_topic(batch: pa.RecordBatch) -> list[tuple[str, pa.Table]]:

@@ -32,6 +32,7 @@ __all__ = [
     "OffsetRange",
     "fetch_range",
     "fetched_batches",
+    "fetched_ranges",
     "plan_tasks",
     "split_ranges",
 ]
@@ -272,7 +273,19 @@ def fetched_batches(
     """The records of the ``tasks`` that ``picks`` name (batches of ``id`` rows indexing
     ``tasks``, as a ``mapInArrow`` function over ``spark.range`` gets them), one range after
     the other."""
+    for _, batch in fetched_ranges(settings, tasks, picks):
+        yield batch
+
+
+def fetched_ranges(
+    settings: FetchSettings,
+    tasks: tuple[tuple[OffsetRange, ...], ...],
+    picks: Iterator[pa.RecordBatch],
+) -> Iterator[tuple[OffsetRange, pa.RecordBatch]]:
+    """:func:`fetched_batches`, each batch with the range it comes from (a task of several
+    topics tells them apart by the range's topic)."""
     for batch in picks:
         for index in batch.column("id").to_pylist():
             for offsets in tasks[index]:
-                yield from fetch_range(settings, offsets)
+                for records in fetch_range(settings, offsets):
+                    yield offsets, records

@@ -48,7 +48,7 @@ from bergstream.core.api import (
     format_boundary,
     merge_boundaries,
 )
-from bergstream.pipeline.batch_rows import batch_ranges
+from bergstream.pipeline.batch_rows import batch_ranges, planned_picks
 from bergstream.pipeline.checkpoint import (
     batch_end_offsets_by_topic,
     group_checkpoint_path,
@@ -61,7 +61,7 @@ from bergstream.pipeline.group_files import (
     written_by_topic,
 )
 from bergstream.pipeline.kafka import admin_client, topics_offsets
-from bergstream.pipeline.kafka_fetch import FetchSettings, plan_tasks
+from bergstream.pipeline.kafka_fetch import FetchSettings
 from bergstream.pipeline.metrics import (
     BATCH_SECONDS,
     COMMIT_SECONDS,
@@ -229,21 +229,19 @@ class GroupBatchWriter:
         from pyspark.sql import functions as F
 
         spark = batch.sparkSession
-        parallelism = max(spark.sparkContext.defaultParallelism, 1)
         if self.fetch is not None:
             ranges = [
                 replace(offsets, topic=member.topic)
                 for member, old, end in plans
                 for offsets in batch_ranges(old, end)
             ]
-            tasks = plan_tasks(ranges, parallelism)
-            # spark.range's ids, one per Spark partition, pick each task's ranges.
-            picks = spark.range(0, len(tasks), 1, max(1, len(tasks)))
+            tasks, picks = planned_picks(spark, ranges)
             write = functools.partial(write_fetched_group_files, targets, self.fetch, tasks)
             return picks.mapInArrow(write, GROUP_FILES_SCHEMA).collect()
         wanted = [(F.col("topic") == m.topic) & keep_condition(old) for m, old, _ in plans]
         # One Python task per Kafka partition paid about 0.3 s of its own (100 partitions:
         # 30 s of a 200k-record batch here); a task per core reads them one after the other.
+        parallelism = max(spark.sparkContext.defaultParallelism, 1)
         rows = batch.where(reduce(lambda a, b: a | b, wanted)).coalesce(parallelism)
         write_rows = functools.partial(write_group_files, targets)
         return rows.mapInArrow(write_rows, GROUP_FILES_SCHEMA).collect()

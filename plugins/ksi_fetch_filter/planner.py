@@ -95,12 +95,17 @@ def plan_fetch(
             if batches.next_offset < boundary:
                 after = replace(wanted, offset=batches.next_offset)
                 ahead.append((after, partial(build_answer, cold, after, batch_max_bytes)))
-    for topic, offsets in read_ahead.items():
+    _read_ahead(store, read_ahead)
+    store.ahead.schedule_many(ahead)
+    return answers
+
+
+def _read_ahead(store: ColdStore, offsets_by_topic: dict[str, dict[int, int]]) -> None:
+    """Queue the read-ahead of each topic's partitions from their offsets, once per table."""
+    for topic, offsets in offsets_by_topic.items():
         cold = store.table(topic)
         if cold is not None:
             store.prefetch_many(cold, offsets)
-    store.ahead.schedule_many(ahead)
-    return answers
 
 
 def _offsets_by_topic(asks: list[FetchAsk]) -> dict[str, dict[int, int]]:
@@ -186,8 +191,5 @@ def plan_offsets(store: ColdStore, asks: list[OffsetAsk]) -> dict[Key, OffsetAns
         found = answers[key].found
         if found is not None:
             read_ahead.setdefault(ask.topic, {})[ask.partition] = found[0]
-    for topic, offsets in read_ahead.items():
-        cold = store.table(topic)
-        if cold is not None:
-            store.prefetch_many(cold, offsets)
+    _read_ahead(store, read_ahead)
     return answers
