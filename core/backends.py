@@ -121,7 +121,9 @@ class IndexBackend(Protocol):
         ...
 
     def close(self) -> None:
-        """Flush and release the index."""
+        """Flush and release the index. Calls may still be running on other threads (ISK stops
+        while a cancelled background step finishes on its worker thread): wait for them before
+        releasing what they use; calls after ``close`` raise."""
         ...
 
 

@@ -6,6 +6,7 @@ imports no plugin.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import sys
@@ -255,4 +256,7 @@ def main() -> None:
     # a .hypothesis folder in the working directory. No command generates test data, so the
     # command hides hypothesis from kio (importing it raises ImportError, which kio expects).
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+    # A crash in native code (Arrow, numba kernels, SQLite, librdkafka) then leaves every
+    # thread's Python stack on stderr, where the service's log is, instead of a bare exit -11.
+    faulthandler.enable()
     cli(prog_name="bergstream")

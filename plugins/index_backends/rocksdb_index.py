@@ -36,6 +36,7 @@ from typing import Any
 from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from bergstream.core.api import ChunkEntry, SnapshotRecord
+from bergstream.plugins.index_backends.call_guard import CallGuard
 from bergstream.plugins.index_backends.sqlite_index import (
     IndexClosedError,
     IndexEntryError,
@@ -157,9 +158,7 @@ class RocksIndex:
             self._db.close()
             raise
         self._write_lock = threading.Lock()
-        self._state = threading.Condition()
-        self._active = 0
-        self._closed = False
+        self._calls = CallGuard(IndexClosedError, str(self.path))
 
     def _check_format(self, sync_writes: bool) -> None:
         self._write_options = WriteOptions()
@@ -173,40 +172,25 @@ class RocksIndex:
                 f"{_FORMAT!r}: remove the directory, the gateway rebuilds it from Kafka"
             )
 
-    def _enter(self) -> None:
-        with self._state:
-            if self._closed:
-                raise IndexClosedError(f"the index {self.path} is closed")
-            self._active += 1
-
-    def _leave(self) -> None:
-        with self._state:
-            self._active -= 1
-            self._state.notify_all()
-
     def put_chunks(self, entries: Sequence[ChunkEntry]) -> None:
         """Insert or replace chunks (keyed by topic, partition, start_offset) in one batch."""
         encoded = [(entry, _encode(entry)) for entry in entries]
         if not encoded:
             return
-        self._enter()
-        try:
-            with self._write_lock:
-                batch = WriteBatch(raw_mode=True)
-                spans: dict[bytes, int] = {}
-                for entry, value in encoded:
-                    prefix = _partition_key(_CHUNK, entry.topic, entry.partition)
-                    batch.put(prefix + _U64.pack(entry.start_offset), value)
-                    span_key = _partition_key(_SPAN, entry.topic, entry.partition)
-                    if span_key not in spans:
-                        stored = self._db.get(span_key)
-                        spans[span_key] = _U64.unpack(stored)[0] if stored else 0
-                    spans[span_key] = max(spans[span_key], entry.end_offset - entry.start_offset)
-                for span_key, span in spans.items():
-                    batch.put(span_key, _U64.pack(span))
-                self._db.write(batch, self._write_options)
-        finally:
-            self._leave()
+        with self._calls.call(), self._write_lock:
+            batch = WriteBatch(raw_mode=True)
+            spans: dict[bytes, int] = {}
+            for entry, value in encoded:
+                prefix = _partition_key(_CHUNK, entry.topic, entry.partition)
+                batch.put(prefix + _U64.pack(entry.start_offset), value)
+                span_key = _partition_key(_SPAN, entry.topic, entry.partition)
+                if span_key not in spans:
+                    stored = self._db.get(span_key)
+                    spans[span_key] = _U64.unpack(stored)[0] if stored else 0
+                spans[span_key] = max(spans[span_key], entry.end_offset - entry.start_offset)
+            for span_key, span in spans.items():
+                batch.put(span_key, _U64.pack(span))
+            self._db.write(batch, self._write_options)
 
     def chunks(
         self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None
@@ -215,8 +199,7 @@ class RocksIndex:
         if end_offset is not None and end_offset <= start_offset:
             return []
         prefix = _partition_key(_CHUNK, topic, partition)
-        self._enter()
-        try:
+        with self._calls.call():
             snapshot = self._db.snapshot()
             try:
                 stored_span = _snapshot_get(snapshot, _partition_key(_SPAN, topic, partition))
@@ -235,8 +218,6 @@ class RocksIndex:
                 return [entry for entry in entries if entry.end_offset > start_offset]
             finally:
                 del snapshot
-        finally:
-            self._leave()
 
     def put_snapshot(self, table: str, record: SnapshotRecord) -> None:
         """Insert or replace one snapshot of ``table``'s history (keyed by table and snapshot
@@ -245,27 +226,22 @@ class RocksIndex:
         history = _table_key(_HISTORY, table)
         id_key = _table_key(_SNAPSHOT_ID, table) + _U64.pack(record.snapshot_id)
         value = _U64.pack(record.timestamp_ms) + record.state.encode()
-        self._enter()
-        try:
-            with self._write_lock:
-                batch = WriteBatch(raw_mode=True)
-                stored = self._db.get(id_key)
-                if stored is not None and stored != _U64.pack(record.sequence_number):
-                    batch.delete(history + stored + _U64.pack(record.snapshot_id))
-                batch.put(
-                    history + _U64.pack(record.sequence_number) + _U64.pack(record.snapshot_id),
-                    value,
-                )
-                batch.put(id_key, _U64.pack(record.sequence_number))
-                self._db.write(batch, self._write_options)
-        finally:
-            self._leave()
+        with self._calls.call(), self._write_lock:
+            batch = WriteBatch(raw_mode=True)
+            stored = self._db.get(id_key)
+            if stored is not None and stored != _U64.pack(record.sequence_number):
+                batch.delete(history + stored + _U64.pack(record.snapshot_id))
+            batch.put(
+                history + _U64.pack(record.sequence_number) + _U64.pack(record.snapshot_id),
+                value,
+            )
+            batch.put(id_key, _U64.pack(record.sequence_number))
+            self._db.write(batch, self._write_options)
 
     def snapshots(self, table: str) -> list[SnapshotRecord]:
         """Every snapshot of ``table``'s history, by ascending sequence number (empty if none)."""
         prefix = _table_key(_HISTORY, table)
-        self._enter()
-        try:
+        with self._calls.call():
             snapshot = self._db.snapshot()
             try:
                 upper = prefix + b"\xff" * (2 * _U64.size + 1)
@@ -283,8 +259,6 @@ class RocksIndex:
                 return found
             finally:
                 del snapshot
-        finally:
-            self._leave()
 
     def drop_snapshots(self, table: str, snapshot_ids: Sequence[int]) -> None:
         """Remove these snapshots from ``table``'s history in one batch (ids it does not hold
@@ -294,30 +268,21 @@ class RocksIndex:
             return
         history = _table_key(_HISTORY, table)
         id_prefix = _table_key(_SNAPSHOT_ID, table)
-        self._enter()
-        try:
-            with self._write_lock:
-                batch = WriteBatch(raw_mode=True)
-                for snapshot_id in set(ids):
-                    id_key = id_prefix + _U64.pack(snapshot_id)
-                    stored = self._db.get(id_key)
-                    if stored is not None:
-                        batch.delete(history + stored + _U64.pack(snapshot_id))
-                        batch.delete(id_key)
-                self._db.write(batch, self._write_options)
-        finally:
-            self._leave()
+        with self._calls.call(), self._write_lock:
+            batch = WriteBatch(raw_mode=True)
+            for snapshot_id in set(ids):
+                id_key = id_prefix + _U64.pack(snapshot_id)
+                stored = self._db.get(id_key)
+                if stored is not None:
+                    batch.delete(history + stored + _U64.pack(snapshot_id))
+                    batch.delete(id_key)
+            self._db.write(batch, self._write_options)
 
     def close(self) -> None:
         """Wait for calls in progress, then flush and close the database (releasing its lock);
         later calls raise :class:`IndexClosedError`."""
-        with self._state:
-            if self._closed:
-                return
-            self._closed = True
-            while self._active:
-                self._state.wait()
-        self._db.close()
+        if self._calls.close():
+            self._db.close()
 
     def __repr__(self) -> str:
         """``RocksIndex(path)``."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bergstream.core.api import ChunkEntry, SnapshotRecord
+from bergstream.plugins.index_backends.call_guard import CallGuard
 
 __all__ = [
     "IndexClosedError",
@@ -223,7 +224,7 @@ class SqliteIndex:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
-        self._closed = False
+        self._calls = CallGuard(IndexClosedError, str(self.path))
         connection = self._connection()
         connection.execute("PRAGMA journal_mode=WAL")
         connection.executescript(_SCHEMA)
@@ -239,8 +240,6 @@ class SqliteIndex:
             connection.execute("COMMIT")
 
     def _connection(self) -> sqlite3.Connection:
-        if self._closed:
-            raise IndexClosedError(f"the index {self.path} is closed")
         connection = getattr(self._local, "connection", None)
         if connection is None:
             connection = sqlite3.connect(
@@ -257,26 +256,30 @@ class SqliteIndex:
         rows = [_row(entry) for entry in entries]
         if not rows:
             return
-        connection = self._connection()
-        connection.execute("BEGIN IMMEDIATE")
         spans: dict[tuple[str, int], int] = {}
         for entry in entries:
             key = (entry.topic, entry.partition)
             spans[key] = max(spans.get(key, 0), entry.end_offset - entry.start_offset)
-        try:
-            connection.executemany(_UPSERT, rows)
-            connection.executemany(_SPAN_UPSERT, [(t, p, span) for (t, p), span in spans.items()])
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
-        connection.execute("COMMIT")
+        span_rows = [(t, p, span) for (t, p), span in spans.items()]
+        with self._calls.call():
+            connection = self._connection()
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                connection.executemany(_UPSERT, rows)
+                connection.executemany(_SPAN_UPSERT, span_rows)
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
 
     def chunks(
         self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None
     ) -> list[ChunkEntry]:
         """Chunks overlapping ``[start_offset, end_offset)`` in offset order."""
         end = _NO_END if end_offset is None else end_offset
-        rows = self._connection().execute(_OVERLAPPING, (topic, partition, start_offset, end))
+        with self._calls.call():
+            rows = self._connection().execute(_OVERLAPPING, (topic, partition, start_offset, end))
+            found = rows.fetchall()
         return [
             ChunkEntry(
                 topic=row[0],
@@ -287,7 +290,7 @@ class SqliteIndex:
                 size_bytes=row[5],
                 bounds=decode_bounds(row[6]),
             )
-            for row in rows
+            for row in found
         ]
 
     def put_snapshot(self, table: str, record: SnapshotRecord) -> None:
@@ -296,16 +299,18 @@ class SqliteIndex:
         check_snapshot(table, record)
         row = (table, record.snapshot_id, record.sequence_number, record.timestamp_ms, record.state)
         # One statement outside a transaction is its own committed transaction.
-        self._connection().execute(_SNAPSHOT_UPSERT, row)
+        with self._calls.call():
+            self._connection().execute(_SNAPSHOT_UPSERT, row)
 
     def snapshots(self, table: str) -> list[SnapshotRecord]:
         """Every snapshot of ``table``'s history, by ascending sequence number (empty if none)."""
-        rows = self._connection().execute(_SNAPSHOTS, (table,))
+        with self._calls.call():
+            found = self._connection().execute(_SNAPSHOTS, (table,)).fetchall()
         return [
             SnapshotRecord(
                 snapshot_id=row[0], sequence_number=row[1], timestamp_ms=row[2], state=row[3]
             )
-            for row in rows
+            for row in found
         ]
 
     def drop_snapshots(self, table: str, snapshot_ids: Sequence[int]) -> None:
@@ -314,19 +319,22 @@ class SqliteIndex:
         ids = droppable_snapshot_ids(snapshot_ids)
         if not ids:
             return
-        connection = self._connection()
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            connection.executemany(_SNAPSHOT_DELETE, [(table, i) for i in ids])
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
-        connection.execute("COMMIT")
+        with self._calls.call():
+            connection = self._connection()
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                connection.executemany(_SNAPSHOT_DELETE, [(table, i) for i in ids])
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
 
     def close(self) -> None:
-        """Close every connection; later calls raise :class:`IndexClosedError`."""
+        """Wait for calls in progress on any thread, then close every connection; later calls
+        raise :class:`IndexClosedError` (closing twice is harmless)."""
+        if not self._calls.close():
+            return
         with self._lock:
-            self._closed = True
             connections, self._connections = self._connections, []
         for connection in connections:
             connection.close()
