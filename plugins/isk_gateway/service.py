@@ -48,6 +48,7 @@ from bergstream.plugins.isk_gateway.http.principals import (
 )
 from bergstream.plugins.isk_gateway.http.server import IskHttpService
 from bergstream.plugins.isk_gateway.kafka.authorization import TopicAuthorizer
+from bergstream.plugins.isk_gateway.kafka.buffers import install_arena
 from bergstream.plugins.isk_gateway.kafka.reader import KafkaReader
 from bergstream.plugins.isk_gateway.settings import IskServiceConfig
 from bergstream.plugins.isk_gateway.status import IskStatus
@@ -166,6 +167,10 @@ class IskService:
         c = self.config
         try:
             await asyncio.to_thread(warm_up)
+            if c.buffers.retained_bytes:
+                arena = install_arena(c.buffers.retained_bytes)
+                if c.buffers.pretouch and not (arena.touched or arena.high_water_bytes):
+                    await asyncio.to_thread(arena.pretouch)
             self.reader = KafkaReader(
                 c.kafka_bootstrap,
                 client_id=f"bergstream-isk-{c.cluster}",

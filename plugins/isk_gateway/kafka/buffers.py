@@ -6,7 +6,9 @@ allocation fresh from the kernel each time: its first write costs a page fault p
 more CPU than the decoding that fills it (100 MB filled: 54 ms on fresh pages, 24 ms on huge
 pages, 2-core machine of the benches). So a large buffer asks the kernel for transparent huge
 pages (``madvise(MADV_HUGEPAGE)``, honoured when THP is ``always`` or ``madvise``) before it is
-touched; where that is not available the buffer is used as it is.
+touched; where that is not available the buffer is used as it is. Once a process installs a
+:class:`~.arena.BufferArena` (:func:`install_arena`, the ``isk`` service's ``buffers``
+settings), large buffers come from it first, so their pages stay touched between uses.
 """
 
 from __future__ import annotations
@@ -20,12 +22,16 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from bergstream.plugins.isk_gateway.kafka.arena import BufferArena
+
 __all__ = [
     "DECODED_COLUMNS",
     "HUGE_PAGE_MIN_BYTES",
     "RECEIVED_RECORDS",
     "BufferLease",
     "BufferPool",
+    "install_arena",
+    "installed_arena",
     "large_buffer",
     "pooled_array",
 ]
@@ -51,11 +57,31 @@ def _load_madvise() -> ctypes._NamedFuncPointer | None:
 
 
 _madvise = _load_madvise()
+_arena: BufferArena | None = None
+
+
+def install_arena(capacity: int) -> BufferArena:
+    """Make large buffers of this process come from an arena of ``capacity`` bytes (the one
+    installed before, if any: one per process) and return it."""
+    global _arena
+    if _arena is None:
+        _arena = BufferArena(capacity)
+    return _arena
+
+
+def installed_arena() -> BufferArena | None:
+    """The process's arena, if :func:`install_arena` made one."""
+    return _arena
 
 
 def large_buffer(size: int) -> pa.Buffer:
-    """An uninitialised mutable buffer of ``size`` bytes from Arrow's memory pool, on huge pages
+    """An uninitialised mutable buffer of ``size`` bytes: from the installed arena when it has
+    room (from :data:`HUGE_PAGE_MIN_BYTES` on), else from Arrow's memory pool, on huge pages
     where the kernel gives them (from :data:`HUGE_PAGE_MIN_BYTES` on)."""
+    if _arena is not None and size >= HUGE_PAGE_MIN_BYTES:
+        piece = _arena.take(size)
+        if piece is not None:
+            return piece
     buffer = pa.allocate_buffer(max(size, 1))
     if _madvise is not None and size >= HUGE_PAGE_MIN_BYTES:
         start = (buffer.address + _PAGE - 1) & ~(_PAGE - 1)
@@ -99,7 +125,8 @@ class BufferLease:
 class BufferPool:
     """Large byte buffers kept for reuse between pieces of work, so their pages are not cleared
     and faulted in again: at most ``max_buffers`` and ``max_bytes`` free ones, each dropped after
-    ``idle_seconds`` unused (the memory goes back to the system once the work stops).
+    ``idle_seconds`` unused (the memory goes back to the process's arena if it has one, else
+    to the system, once the work stops).
 
     Decoding a 100,000-record chunk of 1 KB records fills a 100 MB value column: fresh pages
     for it cost more CPU than the decoding (the kernel clears every page first), and the columns

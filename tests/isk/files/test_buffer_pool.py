@@ -8,11 +8,11 @@ import time
 import numpy as np
 import pytest
 
-from bergstream.core.records import BatchInfo, Record, build_batch
 from bergstream.plugins.isk_gateway.files.hotset_layout import parquet_layout
 from bergstream.plugins.isk_gateway.files.synthesis import records_to_table
 from bergstream.plugins.isk_gateway.kafka import buffers
 from bergstream.plugins.isk_gateway.kafka.buffers import BufferPool
+from tests.isk.files.record_batches import batches
 
 MB = 1 << 20
 
@@ -45,15 +45,6 @@ def test_idle_buffers_go_back_to_the_system() -> None:
     assert pool.free_bytes == 12 * MB
     time.sleep(0.6)
     assert pool.free_bytes == 0
-
-
-def batches(first: int, count: int, fill: int) -> bytes:
-    values = [bytes([fill + i % 7]) * 3000 for i in range(count)]
-    records = [Record(first + i, 1_700_000_000_000 + i, b"k", values[i]) for i in range(count)]
-    return b"".join(
-        build_batch(records[i : i + 50], BatchInfo(base_offset=first + i))
-        for i in range(0, count, 50)
-    )
 
 
 def test_files_built_with_reused_buffers_equal_files_built_without(
