@@ -168,9 +168,7 @@ class IskService:
         try:
             await asyncio.to_thread(warm_up)
             if c.buffers.retained_bytes:
-                arena = install_arena(c.buffers.retained_bytes)
-                if c.buffers.pretouch and not (arena.touched or arena.high_water_bytes):
-                    await asyncio.to_thread(arena.pretouch)
+                await self._install_arena()
             self.reader = KafkaReader(
                 c.kafka_bootstrap,
                 client_id=f"bergstream-isk-{c.cluster}",
@@ -282,6 +280,24 @@ class IskService:
             token_ttl_seconds=c.http.token_ttl_seconds,
             readable=authorizer.readable,
         )
+
+    async def _install_arena(self) -> None:
+        """The process's buffer arena of ``buffers.retained_bytes``, written once if
+        ``buffers.pretouch``; a region the system refuses leaves large buffers to the
+        allocator, with a warning."""
+        settings = self.config.buffers
+        try:
+            arena = install_arena(settings.retained_bytes)
+        except OSError as error:
+            log.warning(
+                "isk: no buffer arena of %d MiB (%s): large buffers come from the allocator; "
+                "lower buffers.retained_bytes",
+                settings.retained_bytes >> 20,
+                error,
+            )
+            return
+        if settings.pretouch and not (arena.touched or arena.high_water_bytes):
+            await asyncio.to_thread(arena.pretouch)
 
     async def stop(self) -> None:
         """Close the listeners, the backends and the Kafka connections; safe to call twice."""

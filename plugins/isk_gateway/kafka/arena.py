@@ -27,6 +27,7 @@ import collections
 import contextlib
 import logging
 import mmap
+import sys
 import threading
 import time
 import weakref
@@ -41,6 +42,9 @@ log = logging.getLogger("bergstream.isk")
 #: Pieces start and end on 2 MiB boundaries (a transparent huge page).
 ARENA_ALIGNMENT = 2 << 20
 _PAGE = 4096
+#: No swap reserved for the whole region up front: only touched pages count (Linux's value;
+#: Python's mmap module does not name it before 3.13).
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
 
 
 class BufferArena:
@@ -53,7 +57,7 @@ class BufferArena:
         self._region = mmap.mmap(
             -1,
             self.capacity,
-            flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+            flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE,
             prot=mmap.PROT_READ | mmap.PROT_WRITE,
         )
         madvise_hugepage = getattr(mmap, "MADV_HUGEPAGE", None)
