@@ -37,6 +37,14 @@ client's) and ``p99_n_to_p50_1``; then the same per row read (``rows_s_ratio``,
 client runs half its time before the N clients and half after, so the two compare at the same
 table sizes on average.
 
+Then the baseline, with the producer still running: each merged table's rows as ISK serves
+them are written once to a physical Iceberg table of their own (SQLite catalog, local files, a
+data file per ``--chunk-records`` rows), and the same clients run the same phases and queries on
+those copies (DuckDB's ``iceberg_scan``, PyIceberg's ``SqlCatalog``), with no ISK between them
+and the files. The JSON's ``physical`` holds its phases, ``p99_n_to_p50_1`` and
+``ratio_16_to_1``: what the clients and the machine do alone under the same concurrency, beside
+ISK's.
+
 Reported: queries/s and p50/p99 latency of both phases (all queries and per engine), ISK's
 resident memory (baseline after the first loads, peak from the kernel's high-water mark), and
 ISK's Kafka reads: range reads per distinct range (``bergstream_isk_kafka_fetches``: 1.0 means
@@ -229,6 +237,16 @@ class Acks:
         """Counts for ``topics``, each holding ``already`` acked records."""
         return cls(topics, already)
 
+    @classmethod
+    def fixed(cls, counts: dict[str, int]) -> Acks:
+        """Counts that never change: ``counts[topic]`` records produced and acked (a static
+        table holding exactly those rows)."""
+        acks = cls(list(counts))
+        with acks._counts.get_lock():
+            for topic, n in acks._index.items():
+                acks._counts[n] = acks._counts[len(acks.topics) + n] = counts[topic]
+        return acks
+
     @property
     def produced(self) -> dict[str, int]:
         """Records handed to the producer, by topic."""
@@ -380,8 +398,12 @@ class PyIcebergClient:
 
     def query(self, topic: str) -> Partitions:
         """Count, largest and distinct offsets per partition of ``merged.<topic>``."""
-        table = self.catalog.load_table(("merged", topic))
-        rows = table.scan(selected_fields=("kafka_partition", "kafka_offset")).to_arrow()
+        return self._grouped(self.catalog.load_table(("merged", topic)))
+
+    @staticmethod
+    def _grouped(table: Any) -> Partitions:
+        """Scan ``table``'s partition and offset columns and group them per partition."""
+        rows = table.scan(selected_fields=COPIED).to_arrow()
         grouped = rows.group_by("kafka_partition").aggregate(
             [
                 ("kafka_offset", "count"),
@@ -399,11 +421,105 @@ class PyIcebergClient:
         """Nothing to close (HTTP sessions close with the process)."""
 
 
-#: Each engine's client (catalog URL, threads per client or None for the engine's default).
-MAKERS: dict[str, Callable[[str, int | None], DuckDBClient | PyIcebergClient]] = {
-    "duckdb": DuckDBClient,
-    "pyiceberg": PyIcebergClient,
-}
+#: A client's target: ISK's catalog URL, or this prefix and the JSON of :class:`PhysicalCopies`.
+PHYSICAL = "physical:"
+
+
+@dataclass
+class PhysicalCopies:
+    """The topics' rows as ISK served them, written as Iceberg tables of their own (a SQLite
+    catalog, local files, one data file per ``chunk_records`` rows): the baseline the clients
+    also query, with no ISK between them and the files."""
+
+    catalog_uri: str
+    warehouse: str
+    metadata: dict[str, str]  # topic -> metadata file of its table
+
+    def target(self) -> str:
+        """The clients' target string."""
+        return PHYSICAL + json.dumps(vars(self))
+
+    @classmethod
+    def of_target(cls, target: str) -> PhysicalCopies:
+        """The copies a target string names."""
+        return cls(**json.loads(target.removeprefix(PHYSICAL)))
+
+    def catalog(self) -> Any:
+        """Their PyIceberg catalog."""
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        return SqlCatalog("physical", uri=self.catalog_uri, warehouse=self.warehouse)
+
+
+def copy_physically(
+    catalog_url: str, topics: Sequence[str], workdir: Path, chunk_records: int
+) -> tuple[PhysicalCopies, dict[str, int]]:
+    """Read each ``merged.<topic>`` through ISK once and write its rows (the columns the
+    clients read) to ``physical.<topic>``; the copies and their row counts."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    source = RestCatalog("copy", uri=catalog_url)
+    folder = workdir / "physical"
+    folder.mkdir()
+    copies = PhysicalCopies(f"sqlite:///{folder / 'catalog.db'}", str(folder), {})
+    catalog = copies.catalog()
+    catalog.create_namespace("physical")
+    counts: dict[str, int] = {}
+    for topic in topics:
+        rows = source.load_table(("merged", topic)).scan(selected_fields=COPIED).to_arrow()
+        rows = rows.sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
+        table = catalog.create_table(("physical", topic), schema=rows.schema)
+        for start in range(0, rows.num_rows, chunk_records):
+            table.append(rows.slice(start, chunk_records))
+        copies.metadata[topic] = catalog.load_table(("physical", topic)).metadata_location
+        counts[topic] = rows.num_rows
+    return copies, counts
+
+
+#: The columns the clients read (and the physical copies hold).
+COPIED = ("kafka_partition", "kafka_offset")
+
+
+class PhysicalDuckDBClient(DuckDBClient):
+    """DuckDB reading the physical copies' files with ``iceberg_scan`` (no catalog)."""
+
+    def __init__(self, target: str, threads: int | None = None) -> None:
+        from bergstream.devstack.quickstart.clients import offline_duckdb
+
+        self.copies = PhysicalCopies.of_target(target)
+        self.connection = offline_duckdb()
+        if threads is not None:
+            self.connection.execute(f"SET threads = {int(threads)}")
+
+    def query(self, topic: str) -> Partitions:
+        """The same query as on ISK, on ``physical.<topic>``'s files."""
+        rows = self.connection.execute(
+            "SELECT kafka_partition, count(*), max(kafka_offset), count(DISTINCT kafka_offset) "
+            f"FROM iceberg_scan('{self.copies.metadata[topic]}') GROUP BY kafka_partition"
+        ).fetchall()
+        return [tuple(int(v) for v in row) for row in rows]  # type: ignore[misc]
+
+
+class PhysicalPyIcebergClient(PyIcebergClient):
+    """PyIceberg on the physical copies' SQLite catalog: each query loads and scans a table."""
+
+    def __init__(self, target: str, threads: int | None = None) -> None:
+        if threads is not None:
+            os.environ["PYICEBERG_MAX_WORKERS"] = str(int(threads))
+        self.catalog = PhysicalCopies.of_target(target).catalog()
+
+    def query(self, topic: str) -> Partitions:
+        """The same query as on ISK, on ``physical.<topic>``."""
+        return self._grouped(self.catalog.load_table(("physical", topic)))
+
+
+def make_client(engine: str, target: str, threads: int | None) -> DuckDBClient | PyIcebergClient:
+    """``engine``'s client of ``target`` (ISK's catalog URL, or :data:`PHYSICAL` copies) with
+    ``threads`` engine threads (None: the engine's default)."""
+    if target.startswith(PHYSICAL):
+        physical = {"duckdb": PhysicalDuckDBClient, "pyiceberg": PhysicalPyIcebergClient}
+        return physical[engine](target, threads)
+    return {"duckdb": DuckDBClient, "pyiceberg": PyIcebergClient}[engine](target, threads)
 
 
 def check(partitions: Partitions, acked_at_start: int, produced_at_end: int) -> str | None:
@@ -459,7 +575,7 @@ def client_loop(
             rows, error = 0, None
             try:
                 if engine not in clients:
-                    clients[engine] = MAKERS[engine](catalog_url, None)
+                    clients[engine] = make_client(engine, catalog_url, None)
                 answer = clients[engine].query(topic)
                 rows = sum(r for _, r, _, _ in answer)
                 error = check(answer, acked, acks.snapshot(topic)[1])
@@ -526,7 +642,7 @@ def _client_process(
     (imports and connections before the clock), then queries for ``seconds`` from ``go``; puts
     its queries and the CPU seconds they took on ``results``. ``threads``: each engine's
     threads (None: its default, one per core)."""
-    clients = {engine: MAKERS[engine](catalog_url, threads) for engine in engines}
+    clients = {engine: make_client(engine, catalog_url, threads) for engine in engines}
     ready.put(number)
     go.wait()
     began = _own_cpu_seconds()
@@ -581,11 +697,13 @@ def _combined(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     from the sums, p50 and p99 the mean of the two (the latencies themselves are not kept)."""
     combined = dict(second)
     for key in ("queries", "seconds", "client_cpu_s", "isk_cpu_s", "rows_read"):
-        combined[key] = round(first[key] + second[key], 3)
+        if key in first and key in second:  # no ISK CPU in a phase on the physical copies
+            combined[key] = round(first[key] + second[key], 3)
     count = max(combined["queries"], 1)
     combined["queries_s"] = round(combined["queries"] / combined["seconds"], 2)
     combined["client_cpu_per_query_s"] = round(combined["client_cpu_s"] / count, 3)
-    combined["isk_cpu_per_query_s"] = round(combined["isk_cpu_s"] / count, 4)
+    if "isk_cpu_s" in combined:
+        combined["isk_cpu_per_query_s"] = round(combined["isk_cpu_s"] / count, 4)
     for key in ("p50_ms", "p99_ms"):
         combined[key] = round((first[key] + second[key]) / 2, 1)
     combined["errors"] = first["errors"] + second["errors"]
@@ -629,6 +747,8 @@ def run_clients(
     probe = threading.Thread(
         target=probe_load_tables, args=(catalog_url, topics, deadline, probe_times), daemon=True
     )
+    if catalog_url.startswith(PHYSICAL):  # no ISK to probe: a thread that only waits
+        probe = threading.Thread(target=time.sleep, args=(seconds,), daemon=True)
     isk_began = cpu_seconds(isk_pid) if isk_pid is not None else 0.0
     began, cpu = time.monotonic(), time.process_time()
     if go is not None:
@@ -809,6 +929,21 @@ def main() -> None:
                     )  # fmt: skip
                 print(f"{clients} client(s): {json.dumps(phase)[:600]}", flush=True)
                 phases.append(phase)
+            # The baseline: the same clients and queries on a physical copy of the tables (as
+            # ISK served them now), with no ISK between clients and files; records are still
+            # produced and indexed, as in the phases above.
+            copies, copied = copy_physically(catalog_url, topics, workdir, args.chunk_records)
+            physical_acks = Acks.fixed(copied)
+            physical_phases: list[dict[str, Any]] = []
+            for number, (clients, seconds) in enumerate(plan):
+                if number == 2:
+                    time.sleep(3)
+                phase = run_clients(
+                    copies.target(), topics, physical_acks, clients, seconds, processes=True,
+                    client_threads=args.client_threads or None,
+                )  # fmt: skip
+                print(f"physical, {clients} client(s): {json.dumps(phase)[:400]}", flush=True)
+                physical_phases.append(phase)
         reads = kafka_reads(before, scrape(ports[2]))
         status = proc_status(process.pid)
         load_bytes = load_table_bytes(catalog_url, topics[0])
@@ -854,6 +989,24 @@ def main() -> None:
             / max(single["isk_cpu_s"] / max(single["rows_read"], 1), 1e-12),
             3,
         )
+        physical_single = _combined(physical_phases[0], physical_phases[2])
+        physical_many = physical_phases[1]
+        summary["physical"] = {
+            "rows": copied,
+            "single": physical_single | {"errors": len(physical_single["errors"])},
+            "concurrent": physical_many | {"errors": len(physical_many["errors"])},
+            "p99_n_to_p50_1": round(
+                physical_many["p99_ms"] / max(physical_single["p50_ms"], 1e-9), 2
+            ),
+            "ratio_16_to_1": round(
+                physical_many["queries_s"] / max(physical_single["queries_s"], 1e-9), 3
+            ),
+        }
+        print(
+            f"physical copies, no ISK ({args.clients} clients / 1): queries/s "
+            f"{summary['physical']['ratio_16_to_1']}, p99 over one client's p50 "
+            f"{summary['physical']['p99_n_to_p50_1']}"
+        )
         print(
             f"{args.clients} clients / 1: queries/s {summary['ratio_16_to_1']} (goal >= 1.0), "
             f"ISK CPU per query {summary['isk_cpu_per_query_ratio']} (goal <= 1.2), p99 over "
@@ -861,6 +1014,8 @@ def main() -> None:
             f"{summary['rows_s_ratio']}, ISK CPU {summary['isk_cpu_per_row_ratio']}"
         )
         print(json.dumps(summary))
+        if physical_single["errors"] or physical_many["errors"]:
+            raise SystemExit("errors on the physical copies (see physical's errors)")
         if single["errors"] or many["errors"] or acks.failures:
             raise SystemExit("errors during the load (see error_examples)")
     finally:
