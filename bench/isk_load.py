@@ -371,9 +371,13 @@ class DuckDBClient:
 
     def query(self, topic: str) -> Partitions:
         """Count, largest and distinct offsets per partition of ``merged.<topic>``."""
+        return self._grouped(f'isk.merged."{topic}"')
+
+    def _grouped(self, source: str) -> Partitions:
+        """Count, largest and distinct offsets per partition of the rows of ``source``."""
         rows = self.connection.execute(
             "SELECT kafka_partition, count(*), max(kafka_offset), count(DISTINCT kafka_offset) "
-            f'FROM isk.merged."{topic}" GROUP BY kafka_partition'
+            f"FROM {source} GROUP BY kafka_partition"
         ).fetchall()
         return [tuple(int(v) for v in row) for row in rows]  # type: ignore[misc]
 
@@ -493,11 +497,7 @@ class PhysicalDuckDBClient(DuckDBClient):
 
     def query(self, topic: str) -> Partitions:
         """The same query as on ISK, on ``physical.<topic>``'s files."""
-        rows = self.connection.execute(
-            "SELECT kafka_partition, count(*), max(kafka_offset), count(DISTINCT kafka_offset) "
-            f"FROM iceberg_scan('{self.copies.metadata[topic]}') GROUP BY kafka_partition"
-        ).fetchall()
-        return [tuple(int(v) for v in row) for row in rows]  # type: ignore[misc]
+        return self._grouped(f"iceberg_scan('{self.copies.metadata[topic]}')")
 
 
 class PhysicalPyIcebergClient(PyIcebergClient):
