@@ -148,8 +148,8 @@ def synthesis_vs_write_table(
 
 def cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system, every thread) process ``pid`` has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    used = process_faults_and_times(pid)
+    return used["proc_user_seconds"] + used["proc_system_seconds"]
 
 
 def process_faults_and_times(pid: int) -> dict[str, float]:

@@ -354,6 +354,8 @@ class Producer:
 
 #: Per partition: (partition, rows, largest offset, distinct offsets).
 Partitions = list[tuple[int, int, int, int]]
+#: The columns the clients read (and the physical copies hold).
+COPIED = ("kafka_partition", "kafka_offset")
 
 
 class DuckDBClient:
@@ -478,10 +480,6 @@ def copy_physically(
         copies.metadata[topic] = catalog.load_table(("physical", topic)).metadata_location
         counts[topic] = rows.num_rows
     return copies, counts
-
-
-#: The columns the clients read (and the physical copies hold).
-COPIED = ("kafka_partition", "kafka_offset")
 
 
 class PhysicalDuckDBClient(DuckDBClient):
@@ -744,18 +742,21 @@ def run_clients(
             for n in range(clients)
         ]  # fmt: skip
     probe_times: list[float] = []
-    probe = threading.Thread(
-        target=probe_load_tables, args=(catalog_url, topics, deadline, probe_times), daemon=True
-    )
-    if catalog_url.startswith(PHYSICAL):  # no ISK to probe: a thread that only waits
-        probe = threading.Thread(target=time.sleep, args=(seconds,), daemon=True)
+    if not catalog_url.startswith(PHYSICAL):  # the physical copies have no ISK to probe
+        threads.append(
+            threading.Thread(
+                target=probe_load_tables,
+                args=(catalog_url, topics, deadline, probe_times),
+                daemon=True,
+            )
+        )
     isk_began = cpu_seconds(isk_pid) if isk_pid is not None else 0.0
     began, cpu = time.monotonic(), time.process_time()
     if go is not None:
         go.set()
-    for thread in [*threads, probe]:
+    for thread in threads:
         thread.start()
-    for thread in [*threads, probe]:
+    for thread in threads:
         thread.join()
     if collect is not None:
         queries, client_cpu = collect()

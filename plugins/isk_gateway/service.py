@@ -296,7 +296,7 @@ class IskService:
                 error,
             )
             return
-        if settings.pretouch and not (arena.touched or arena.high_water_bytes):
+        if settings.pretouch and not arena.high_water_bytes:  # pieces out: too late
             await asyncio.to_thread(arena.pretouch)
 
     async def stop(self) -> None:

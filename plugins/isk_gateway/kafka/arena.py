@@ -143,9 +143,11 @@ class BufferArena:
 
     def pretouch(self) -> float:
         """Write every page of the region once (so no request pays its first-touch cost);
-        returns the seconds it took. Only before any piece is handed out."""
+        returns the seconds it took (0 if it ran before). Only before any piece is handed out."""
         if self.high_water_bytes:
             raise RuntimeError("pretouch an arena before it hands out pieces")
+        if self.touched:
+            return 0.0
         started = time.perf_counter()
         pages = np.frombuffer(self._region, dtype=np.uint8)
         pages[::_PAGE] = 0
