@@ -42,6 +42,12 @@ def test_s3_conformance(check: CacheCheck, s3_settings: S3Settings, tmp_path: Pa
 #: the checks that do that run against SeaweedFS only.
 MOTO_UNSAFE = {"cache_concurrent_writers", "cache_shared_between_instances"}
 
+#: moto checks ``If-None-Match: *`` and then stores, with no lock between (moto 5.2.5,
+#: ``s3/responses.py`` ``put_object``): two racing conditional PUTs can both succeed there, as
+#: one CI run saw ("2 of 8 racing writers won"). On moto the check runs its sequential part
+#: only; the race runs against SeaweedFS and Redis, whose conditional writes are atomic.
+MOTO_ROUNDS = {"cache_put_if_absent": 0}
+
 
 @pytest.mark.parametrize(
     "check", [c for c in CACHE_CHECKS if check_id(c) not in MOTO_UNSAFE], ids=check_id
@@ -49,7 +55,11 @@ MOTO_UNSAFE = {"cache_concurrent_writers", "cache_shared_between_instances"}
 def test_s3_conformance_on_moto(check: CacheCheck, moto: Any, tmp_path: Path) -> None:
     from tests.kits.moto_server import ACCESS_KEY, REGION, SECRET_KEY
 
-    check(s3_case(S3Settings(moto.url, ACCESS_KEY, SECRET_KEY, REGION)), tmp_path / "cache")
+    case = s3_case(S3Settings(moto.url, ACCESS_KEY, SECRET_KEY, REGION))
+    if check_id(check) in MOTO_ROUNDS:
+        check(case, tmp_path / "cache", rounds=MOTO_ROUNDS[check_id(check)])  # type: ignore[call-arg]
+    else:
+        check(case, tmp_path / "cache")
 
 
 @pytest.mark.parametrize("check", CACHE_CHECKS, ids=check_id)
