@@ -8,3 +8,7 @@
 Message bodies (requests and responses) are kio's business (:mod:`bergstream.core.proxy.codec`);
 what a batch's records mean for a table row is :mod:`bergstream.core.typed.row_contract`'s.
 """
+
+# ``bergstream.core.api`` exports ``record_batch`` as an attribute of this package: make it one
+# however the package is first imported.
+from bergstream.core.kafka_wire import record_batch as record_batch

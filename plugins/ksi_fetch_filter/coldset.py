@@ -323,6 +323,29 @@ class ColdTable:
             return ColdRead(segment, start, stop, tail, slices)
         return None
 
+    def uncached_file(self, partition: int, offset: int) -> str | None:
+        """The data file a read of ``partition`` from ``offset`` would start in, when the
+        slices it needs are not cached (its footer unread, or its row group's slices of
+        ``partition`` not all cached); None when the read needs no file or finds it cached."""
+        snap = self._current()
+        boundary = snap.boundary.get(partition)
+        if boundary is None or offset >= boundary:
+            return None
+        files = self._files(snap, partition)
+        if not files or offset < min(f.low for f in files):
+            return None
+        first = next((f for f in files if f.high >= offset), None)
+        if first is None:
+            return None
+        refs = self.store.cached_row_groups(first)
+        if refs is None:
+            return first.path
+        later = [r for r in refs if r.high >= offset]
+        if not later:
+            return None
+        lead = min(later, key=lambda r: (r.low, r.high))
+        return None if self.store.has_cached(lead, partition) else first.path
+
     def next_refs(self, partition: int, offset: int, count: int) -> list[SegmentRef]:
         """Up to ``count`` row groups holding offsets from ``offset`` on (for read-ahead)."""
         snap = self._current()

@@ -90,6 +90,13 @@ class KsiConfig(BaseModel):
         "topic (asked on that connection before serving its cold offsets) is reused",
     )
     reader_threads: int = Field(2, ge=1, le=32, description="threads reading the coldset")
+    parallel_reads: bool = Field(
+        True,
+        description=(
+            "a Fetch needing several data files no cache holds starts reading them all at once"
+            " on the reader threads, rather than one after the other"
+        ),
+    )
     read_timeout_seconds: float = Field(
         30.0, gt=0, description="a coldset read taking longer fails that partition (retriable)"
     )

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 
+from bergstream.core.api import record_batch
 from bergstream.plugins.ksi_fetch_filter.ahead import AheadKey, Built
 from bergstream.plugins.ksi_fetch_filter.batches import build_cold_batches
 from bergstream.plugins.ksi_fetch_filter.coldset import ColdsetError, ColdTable
@@ -50,6 +51,8 @@ def plan_fetch(
     read-ahead of every served partition is queued at the end, once per table."""
     answers: dict[Key, ColdAnswer] = {}
     siblings = _offsets_by_topic(asks)
+    if store.config.parallel_reads and len(asks) > 1:
+        _start_reads(store, asks, max_bytes, siblings)
     ahead: list[tuple[AheadKey, Callable[[], Built]]] = []
     read_ahead: dict[str, dict[int, int]] = {}
     used = 0
@@ -66,6 +69,11 @@ def plan_fetch(
                 answers[key] = ColdAnswer(log_start=first)
                 continue
             budget = max(min(ask.max_bytes, max_bytes - used), 0)
+            if budget <= record_batch.HEADER_SIZE and served_any:
+                # No batch fits (a batch is its header and at least one record, and only the
+                # first in a response may exceed its budget): answer so without reading.
+                answers[key] = ColdAnswer(records=b"", next_offset=ask.offset, log_start=first)
+                continue
             version = cold.version()
             wanted = AheadKey(ask.topic, ask.partition, ask.offset, budget, not served_any, version)
             built = _take_ahead(store, wanted)
@@ -98,6 +106,39 @@ def plan_fetch(
     _read_ahead(store, read_ahead)
     store.ahead.schedule_many(ahead)
     return answers
+
+
+def _start_reads(
+    store: ColdStore,
+    asks: list[FetchAsk],
+    max_bytes: int,
+    siblings: Mapping[str, Mapping[int, int]],
+) -> None:
+    """Start reading, on other reader threads, the data files that the asks after the first
+    needing one will read and that no cache holds, as far as the fetch's ``max_bytes`` can
+    take their answers: the loop of :func:`plan_fetch` then finds them read or being read
+    instead of reading one file after the other, each a wait on an object store. The first
+    such file is left to the loop itself."""
+    started: set[str] = set()
+    planned = 0
+    for ask in asks:
+        if planned >= max_bytes:
+            break
+        cold = store.table(ask.topic)
+        if cold is None:
+            continue
+        try:
+            path = cold.uncached_file(ask.partition, ask.offset)
+        except Exception:  # the loop reads it and reports the failure
+            continue
+        if path is None:
+            continue
+        planned += ask.max_bytes
+        if path in started:
+            continue
+        if started:
+            store.start_read(cold, ask.partition, ask.offset, siblings[ask.topic])
+        started.add(path)
 
 
 def _read_ahead(store: ColdStore, offsets_by_topic: dict[str, dict[int, int]]) -> None:

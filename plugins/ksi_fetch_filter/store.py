@@ -12,6 +12,7 @@ slices leave, one turn of read-ahead at a time on the reader threads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Mapping
@@ -129,6 +130,10 @@ class ColdStore:
             ) from error
         return {identifier[-1] for identifier in identifiers}
 
+    def cached_row_groups(self, file: FileRef) -> list[SegmentRef] | None:
+        """The row groups of a data file if its footer is cached, else None (no read)."""
+        return self._footers.get(file.path)
+
     def row_groups(self, file: FileRef) -> list[SegmentRef]:
         """The row groups of a data file with their offset ranges (footer read once)."""
         cached = self._footers.get(file.path)
@@ -211,6 +216,24 @@ class ColdStore:
         for key, last in read.slices:
             if next_offset > last:
                 self.segments.demote(key)
+
+    def has_cached(self, ref: SegmentRef, partition: int) -> bool:
+        """Whether every slice of row group ``ref`` of ``partition`` is cached."""
+        return self._cached(ref, partition)
+
+    def start_read(
+        self, cold: ColdTable, partition: int, offset: int, siblings: Mapping[int, int]
+    ) -> None:
+        """Read, on a reader thread, what a read of ``partition`` from ``offset`` needs (its
+        footer and row group, split for ``siblings`` as :meth:`.ColdTable.read` does), leaving
+        it cached for the Fetch that asked. Errors are left to that Fetch, which reads again."""
+
+        def read() -> None:
+            with contextlib.suppress(Exception):  # the fetch's own read reports it
+                cold.read(partition, offset, 0, siblings)
+
+        with contextlib.suppress(RuntimeError):  # closed
+            self.executor.submit(read)
 
     def _cached(self, ref: SegmentRef, partition: int) -> bool:
         index = self._slice_index.get((ref.path, ref.row_group, partition))
