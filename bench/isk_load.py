@@ -101,10 +101,12 @@ def isk_yaml(
     lake: bool = True,
     access_key: str = ACCESS_KEY,
     secret_key: str = SECRET_KEY,
+    coalesce_files: int | None = None,
 ) -> str:
     """A ``bergstream run`` config of one ``isk`` service on ``ports`` (catalog, S3, metrics)
     with its index under ``workdir``, the cache ``cache_yaml`` (flow YAML of the choice) and,
-    with ``lake``, a ``lake:`` section (SQLite catalog under ``workdir``) for ``merged``."""
+    with ``lake``, a ``lake:`` section (SQLite catalog under ``workdir``) for ``merged``;
+    ``coalesce_files`` as given (None: ISK's default)."""
     catalog_port, s3_port, metrics_port = ports
     text = textwrap.dedent(
         f"""
@@ -116,6 +118,7 @@ def isk_yaml(
               kafka_bootstrap: "{kafka}"
               chunk_records: {chunk_records}
               index_interval_seconds: {index_interval_seconds}
+              {"" if coalesce_files is None else f"coalesce_files: {coalesce_files}"}
               http:
                 catalog_host: 127.0.0.1
                 catalog_port: {catalog_port}
@@ -808,18 +811,30 @@ def load_table_bytes(catalog_url: str, topic: str) -> int:
         return len(response.read())
 
 
+def data_files(catalog_url: str, topic: str) -> int:
+    """Data files of the current snapshot of ``merged.<topic>`` now (its summary's count)."""
+    url = f"{catalog_url}/v1/namespaces/merged/tables/{topic}"
+    with urllib.request.urlopen(url, timeout=3600) as response:
+        metadata = json.loads(response.read())["metadata"]
+    current = metadata.get("current-snapshot-id")
+    for snapshot in metadata.get("snapshots", []):
+        if snapshot["snapshot-id"] == current:
+            return int(snapshot["summary"].get("total-data-files", 0))
+    return 0
+
+
 # --------------------------------------------------------------------------- the bench
 
 
 @contextlib.contextmanager
-def profiled(pid: int, prefix: Path | None, clients: int, seconds: float) -> Iterator[None]:
+def profiled(pid: int, prefix: Path | None, label: str, seconds: float) -> Iterator[None]:
     """Record ``pid`` with py-spy (collapsed stacks, GIL and idle excluded) while the block runs,
-    into ``<prefix>-<clients>.txt``; nothing without ``prefix``."""
+    into ``<prefix>-<label>.txt``; nothing without ``prefix``."""
     if prefix is None:
         yield
         return
     spy = str(Path(sys.executable).parent / "py-spy")
-    out = Path(f"{prefix}-{clients}.txt")
+    out = Path(f"{prefix}-{label}.txt")
     recorder = subprocess.Popen(
         [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
          "--duration", str(int(seconds) + 5), "--output", str(out), "--nonblocking"],
@@ -830,7 +845,7 @@ def profiled(pid: int, prefix: Path | None, clients: int, seconds: float) -> Ite
     finally:
         recorder.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT, not SIGTERM
         recorder.wait(30)
-        print(f"profile of {clients} client(s): {out}", flush=True)
+        print(f"profile of {label}: {out}", flush=True)
 
 
 def start_isk(workdir: Path, config_text: str) -> subprocess.Popen[bytes]:
@@ -879,8 +894,13 @@ def main() -> None:
     parser.add_argument(
         "--profile",
         type=Path,
-        help="record ISK with py-spy in each phase: PREFIX-1.txt, PREFIX-N.txt (collapsed "
-        "stacks; py-spy must be installed)",
+        help="record ISK with py-spy in each phase: PREFIX-1-before.txt, PREFIX-N.txt, "
+        "PREFIX-1-after.txt (collapsed stacks; py-spy must be installed)",
+    )
+    parser.add_argument(
+        "--coalesce-files",
+        type=int,
+        help="ISK's coalesce_files (default: ISK's; 0 keeps every small file a load makes)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
@@ -904,7 +924,12 @@ def main() -> None:
             perf_produce(kafka, topic, args.records, args.record_size)
         ports = free_ports(3)
         cache = f'{{type: local, config: {{directory: "{workdir / "cache"}"}}}}'
-        process = start_isk(workdir, isk_yaml(kafka, workdir, ports, args.chunk_records, cache))
+        process = start_isk(
+            workdir,
+            isk_yaml(
+                kafka, workdir, ports, args.chunk_records, cache, coalesce_files=args.coalesce_files
+            ),
+        )
         catalog_url = f"http://127.0.0.1:{ports[0]}"
         first_s = first_loads(catalog_url, topics)
         print(f"first loads of {len(topics)} merged tables: {first_s:.1f} s", flush=True)
@@ -922,13 +947,16 @@ def main() -> None:
             for number, (clients, seconds) in enumerate(plan):
                 if number == 2:
                     time.sleep(3)  # the N client processes gone, and ISK done with their queries
-                prefix = args.profile if number < 2 else None  # one profile of each
-                with profiled(process.pid, prefix, clients, seconds):
+                label = ("1-before", f"{clients}", "1-after")[number]
+                with profiled(process.pid, args.profile, label, seconds):
                     phase = run_clients(
                         catalog_url, topics, acks, clients, seconds, processes=True,
                         isk_pid=process.pid, client_threads=args.client_threads or None,
                     )  # fmt: skip
+                # What the next phase's queries read: the tables' data files now.
+                phase["data_files_after"] = sum(data_files(catalog_url, t) for t in topics)
                 print(f"{clients} client(s): {json.dumps(phase)[:600]}", flush=True)
+                print(f"data files after it: {phase['data_files_after']}", flush=True)
                 phases.append(phase)
             # The baseline: the same clients and queries on a physical copy of the tables (as
             # ISK served them now), with no ISK between clients and files; records are still
@@ -948,6 +976,7 @@ def main() -> None:
         reads = kafka_reads(before, scrape(ports[2]))
         status = proc_status(process.pid)
         load_bytes = load_table_bytes(catalog_url, topics[0])
+        files_at_end = {topic: data_files(catalog_url, topic) for topic in topics}
         before, many, after = phases
         single = _combined(before, after)
         summary = {
@@ -963,6 +992,7 @@ def main() -> None:
             "concurrent": many | {"errors": len(many["errors"])},
             "kafka_reads_during_load": reads,
             "load_table_bytes_at_end": load_bytes,
+            "data_files_at_end": files_at_end,
             "isk_rss_mb": {
                 "baseline": round(baseline / 2**20, 1),
                 "peak_sampled": round(rss.peak / 2**20, 1),

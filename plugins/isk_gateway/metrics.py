@@ -7,6 +7,7 @@ from prometheus_client import Counter, Gauge
 
 __all__ = [
     "CACHE_REQUESTS",
+    "COALESCED_FILES",
     "INDEX_LAG",
     "ISK_KAFKA_READ_BYTES",
     "ISK_LOAD_TABLES",
@@ -18,6 +19,11 @@ ISK_LOAD_TABLES = Counter(
     "bergstream_isk_load_tables",
     "Iceberg LoadTable calls ISK answered",
     ["cluster", "namespace"],
+)
+COALESCED_FILES = Counter(
+    "bergstream_isk_coalesced_runs",
+    "Runs of small hotset files ISK read and indexed again as one file",
+    ["cluster", "topic"],
 )
 ISK_SYNTHESIZED_BYTES = Counter(
     "bergstream_isk_synthesized_bytes",

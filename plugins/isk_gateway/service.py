@@ -212,6 +212,7 @@ class IskService:
                 bucket=c.http.bucket,
                 cluster=c.cluster,
                 chunk_records=c.chunk_records,
+                coalesce_files=c.coalesce_files,
                 store=store,
                 unit=c.partition_time,
                 synthesizers=self.synthesizers,
@@ -312,6 +313,8 @@ class IskService:
             await http.stop()
         self.provider = None
         if self.hotset is not None:  # files built for clients reach the cache before it closes
+            with contextlib.suppress(Exception):
+                await self.hotset.indexer.close()
             with contextlib.suppress(Exception):
                 await self.hotset.store.flush()
         self.hotset = None

@@ -76,6 +76,13 @@ class IskServiceConfig(StrictModel):
         description="the cache of synthesized files",
     )
     chunk_records: int = Field(100_000, gt=0, description="offsets per indexed chunk")
+    coalesce_files: int = Field(
+        8,
+        ge=0,
+        description="a run of this many consecutive small chunks of one chunk window (each under"
+        " chunk_records / coalesce_files offsets: one per watermark a LoadTable served) is read"
+        " and indexed again as one file in the background (0 or 1: never)",
+    )
     synthesizers: list[FileSynthesizerChoice] = Field(
         default_factory=list,
         description="registered file synthesizers asked, in order, before the built-in "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from bergstream.core.api import CacheBackend, ChunkEntry, FileSynthesizer, IndexBackend
@@ -35,6 +36,7 @@ from bergstream.plugins.isk_gateway.files.table_metadata import (
 from bergstream.plugins.isk_gateway.metrics import ISK_LOAD_TABLES, ISK_SYNTHESIZED_BYTES
 from bergstream.plugins.isk_gateway.tables.history import (
     PLAN_ATTEMPTS,
+    HistoricSnapshot,
     HistorySettings,
     SnapshotHistories,
     SnapshotState,
@@ -56,6 +58,7 @@ from bergstream.plugins.isk_gateway.tables.shared_history import SharedLog
 from bergstream.plugins.isk_gateway.tables.store import FileStore
 
 if TYPE_CHECKING:
+    from bergstream.plugins.isk_gateway.files.typed_topic import TypedTopic
     from bergstream.plugins.isk_gateway.tables.layouts import TopicLayouts
 
 __all__ = ["HotsetProvider", "metadata_kind", "record_built"]
@@ -93,6 +96,7 @@ class HotsetProvider:
         compression: str = "snappy",
         layouts: TopicLayouts | None = None,
         history: HistorySettings | None = None,
+        coalesce_files: int = 8,
     ) -> None:
         self.source = source
         self.cache = cache
@@ -116,6 +120,7 @@ class HotsetProvider:
             parallel_partitions=parallel_partitions,
             memory_files=memory_files,
             layouts=layouts,
+            coalesce_files=coalesce_files,
         )
         #: Each table's snapshots, kept in the index (time travel, incremental reads), and in
         #: the cache if it can be shared (a backend with ``put_if_absent``).
@@ -183,6 +188,9 @@ class HotsetProvider:
                 state,
                 self.build,
                 servable=lambda snapshot, offsets=offsets: kafka_holds(snapshot, offsets),
+                at_watermarks=partial(
+                    self._at_watermarks, table, chunks, end_offsets, typed, index_topic
+                ),
             )
             if built is not None:
                 break
@@ -193,6 +201,25 @@ class HotsetProvider:
         await self.keep_built(HOTSET, table, built[-1], chunks, layout=layout)
         ISK_LOAD_TABLES.labels(self.cluster, HOTSET).inc()
         return LoadedTable(built[-1].metadata_location, built[-1].metadata)
+
+    async def _at_watermarks(
+        self,
+        table: str,
+        chunks: list[ChunkEntry],
+        end_offsets: Mapping[int, int],
+        typed: TypedTopic | None,
+        index_topic: str,
+        head: HistoricSnapshot,
+    ) -> SnapshotState | None:
+        """``head``'s watermarks listed with today's ``chunks`` (small files rebuilt as one
+        since): the first of two steps, a REPLACE before the APPEND of the new records; None
+        when a chunk crosses a watermark of ``head`` (then one step)."""
+        ends = {p: min(o, head.ends.get(p, 0)) for p, o in end_offsets.items()}
+        if any(c.start_offset < ends[c.partition] < c.end_offset for c in chunks):
+            return None
+        older = [c for c in chunks if c.end_offset <= ends[c.partition]]
+        plan = plan_table(self.bucket, self.cluster, table, older, ends, self.unit, typed)
+        return SnapshotState(plan, ends, hot_floor(older), chunks=older, index_topic=index_topic)
 
     async def _kept(self, location: str) -> bool:
         """Whether the file store still has the file at ``location`` (an s3:// URI)."""

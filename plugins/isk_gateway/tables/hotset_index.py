@@ -12,6 +12,19 @@ so later snapshots cut their chunks at it and only add files (:mod:`.history`). 
 indexer leaves the tail unsealed; it is remembered in memory so the next load with the same end
 reads nothing.
 
+Small files, rebuilt as one: a table loaded often while records arrive gets a chunk per served
+watermark, so its newest chunk window can hold hundreds of small files, and every scan then
+pays for each (measured with ``bench/isk_load.py``: after 16 clients loaded four tables for a
+minute, one client's queries cost ISK 4x the CPU and the client 3.5x what they cost before).
+When a LoadTable lists ``coalesce_files`` or more consecutive sealed chunks of one window that
+each hold under ``chunk_records / coalesce_files`` offsets, their offsets are read and indexed
+again as one chunk (cut only where the time bucket changes) in the background; the index entry
+of the first is replaced (entries are keyed by their first offset), so the next LoadTable lists
+the one file: its snapshot is a REPLACE of the small files (the same rows), then the APPEND of
+new records (:mod:`.history`). The small files stay buildable from their keys for older
+snapshots. A chunk rebuilt so grows with each rebuild and stops being small, so each offset is
+rebuilt a few times at most.
+
 Two callers: :meth:`HotsetIndexer.live_chunks` (LoadTable: every chunk a snapshot lists, indexing
 new sealed ones on the way) and :meth:`HotsetIndexer.index_topic` (one bounded step of the
 background indexer, :mod:`.background_index`). A long build logs a progress line every few
@@ -37,6 +50,7 @@ from bergstream.plugins.isk_gateway.files.data_files import chunk_key
 from bergstream.plugins.isk_gateway.files.hotset_layout import build_chunk, layout_name
 from bergstream.plugins.isk_gateway.kafka.reader import FetchedRange, PartitionOffsets
 from bergstream.plugins.isk_gateway.metrics import (
+    COALESCED_FILES,
     INDEX_LAG,
     ISK_KAFKA_READ_BYTES,
     ISK_SYNTHESIZED_BYTES,
@@ -103,6 +117,7 @@ class HotsetIndexer:
         parallel_partitions: int = 2,
         memory_files: int = 4096,
         layouts: TopicLayouts | None = None,
+        coalesce_files: int = 8,
     ) -> None:
         if chunk_records <= 0:
             raise ValueError(f"chunk_records must be > 0, got {chunk_records}")
@@ -122,6 +137,13 @@ class HotsetIndexer:
         self._memory_files = memory_files
         self._locks: dict[str, asyncio.Lock] = {}
         self._recent_chunks: OrderedDict[tuple[str, str, int, int, int], ChunkEntry] = OrderedDict()
+        #: Runs of this many small chunks are rebuilt as one (0 or 1: never).
+        self.coalesce_files = coalesce_files
+        #: Topics whose small chunks are being rebuilt, and the task doing it.
+        self._coalescing: dict[str, asyncio.Task[None]] = {}
+        #: (index name, partition, start, end) of runs rebuilt already: a run the rebuild could
+        #: not join (every chunk in a time bucket of its own) is not tried again.
+        self._coalesced: OrderedDict[tuple[str, int, int, int], None] = OrderedDict()
 
     def index_name(self, topic: str, typed: TypedTopic | None) -> str:
         """The name ``topic``'s chunks are indexed under: the layout name, and for a typed
@@ -151,7 +173,90 @@ class HotsetIndexer:
                     for p in sorted(offsets)
                 )
             )
+        self._coalesce_later(topic, found, typed)
         return [chunk for chunks in found for chunk in chunks]
+
+    def small_runs(self, chunks: list[ChunkEntry]) -> list[tuple[int, int]]:
+        """``[start, end)`` of each run of at least ``coalesce_files`` consecutive chunks of
+        one partition's live ``chunks`` (in offset order) that lie in one ``chunk_records``
+        window and each hold fewer than ``chunk_records / coalesce_files`` offsets. The last
+        chunk (the tail, which the next load may extend) is left out."""
+        if self.coalesce_files <= 1:
+            return []
+        small = self.chunk_records // self.coalesce_files
+        runs: list[tuple[int, int]] = []
+        run: list[ChunkEntry] = []
+        for chunk in chunks[:-1]:
+            is_small = chunk.end_offset - chunk.start_offset < small
+            joins = (
+                bool(run)
+                and run[-1].end_offset == chunk.start_offset
+                and run[0].start_offset // self.chunk_records
+                == chunk.start_offset // self.chunk_records
+            )
+            if is_small and joins:
+                run.append(chunk)
+                continue
+            if len(run) >= self.coalesce_files:
+                runs.append((run[0].start_offset, run[-1].end_offset))
+            run = [chunk] if is_small else []
+        if len(run) >= self.coalesce_files:
+            runs.append((run[0].start_offset, run[-1].end_offset))
+        return runs
+
+    def _coalesce_later(
+        self, topic: str, found: list[list[ChunkEntry]], typed: TypedTopic | None
+    ) -> None:
+        """Start rebuilding the runs of small chunks in ``found`` (per partition) as one chunk
+        each, in the background, unless that runs for ``topic`` already."""
+        if topic in self._coalescing:
+            return
+        name = self.index_name(topic, typed)
+        runs = [
+            (chunks[0].partition, start, end)
+            for chunks in found
+            if chunks
+            for start, end in self.small_runs(chunks)
+            if (name, chunks[0].partition, start, end) not in self._coalesced
+        ]
+        if runs:
+            task = asyncio.create_task(self._coalesce(topic, runs, typed))
+            self._coalescing[topic] = task
+            task.add_done_callback(lambda _: self._coalescing.pop(topic, None))
+
+    async def _coalesce(
+        self, topic: str, runs: list[tuple[int, int, int]], typed: TypedTopic | None
+    ) -> None:
+        """Read and index each run ``(partition, start, end)`` of ``topic`` again as one chunk
+        (cut where the time bucket changes). A failure leaves the small chunks, which serve."""
+        name = self.index_name(topic, typed)
+        for partition, start, end in runs:
+            self._coalesced[(name, partition, start, end)] = None
+            while len(self._coalesced) > self._memory_files:
+                self._coalesced.popitem(last=False)
+            try:
+                rebuilt = await self._chunks(topic, partition, start, end, True, typed, True)
+            except Exception as error:
+                log.warning("isk: rebuilding small files of %s[%d] %d-%d failed: %s",
+                            topic, partition, start, end, error)  # fmt: skip
+                continue
+            COALESCED_FILES.labels(self.cluster, topic).inc()
+            log.info("isk: %s[%d]: offsets %d-%d rebuilt as %d file(s)",
+                     topic, partition, start, end, len(rebuilt))  # fmt: skip
+
+    async def settle(self) -> None:
+        """Wait until no small chunks are being rebuilt."""
+        while self._coalescing:
+            await asyncio.gather(*self._coalescing.values(), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop rebuilding small chunks (what was rebuilt stays indexed)."""
+        tasks = list(self._coalescing.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
 
     async def index_topic(self, topic: str, max_chunks: int = 8) -> IndexStep:
         """One step of the background indexer for ``topic``: index up to ``max_chunks`` new

@@ -1,0 +1,102 @@
+"""Small files rebuilt as one: a table loaded after every few new records gets a file per
+served watermark; a run of them is read and indexed again as one file, the next snapshot is a
+REPLACE of them (the same rows), and older snapshots still read what they read."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+from typing import Any
+
+from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
+from tests.isk.tables.hotset_cases import T0, expected_rows, make_provider
+from tests.kits.fake_log import FakeLog
+from tests.kits.hotset_reader import open_table, scan_rows
+
+#: Offsets per chunk window; with coalesce_files 4 a chunk under 20 offsets is small.
+WINDOW = 80
+
+
+async def data_files(provider: HotsetProvider, loaded: Any) -> list[str]:
+    """The data files of the current snapshot, by name."""
+    table = open_table(provider, loaded, asyncio.get_running_loop())
+    tasks = await asyncio.to_thread(lambda: list(table.scan().plan_files()))
+    return sorted(task.file.file_path.rsplit("/", 1)[1] for task in tasks)
+
+
+async def load_after_each(
+    provider: HotsetProvider, log: FakeLog, loads: int, records: int, produced: list
+) -> list[Any]:
+    """Produce ``records`` to partition 0 of ``orders`` and load its table, ``loads`` times,
+    each time once the small files the load started rebuilding are rebuilt."""
+    tables = []
+    for _ in range(loads):
+        first = len(produced)
+        produced += log.produce("orders", 0, records, lambda i, first=first: T0 + first + i)
+        tables.append(await provider.load_table("hotset", "orders"))
+        await provider.indexer.settle()
+    return tables
+
+
+async def test_runs_of_small_files_become_one_and_snapshots_replace_them(
+    tmp_path: Path, log: FakeLog
+) -> None:
+    provider = make_provider(tmp_path, log, chunk_records=WINDOW, coalesce_files=4)
+    produced: list = []
+    tables = await load_after_each(provider, log, 11, 3, produced)
+    last = tables[-1]
+    # Load 5 listed four small files before its tail: rebuilt as 0-12. Load 8 listed 0-12 and
+    # three small ones before its tail: rebuilt as 0-21, no longer small (20 offsets or more).
+    assert await data_files(provider, last) == [
+        "0-21.parquet", "21-24.parquet", "24-27.parquet", "27-30.parquet", "30-33.parquet"
+    ]  # fmt: skip
+    snapshots = last.metadata["snapshots"]
+    operations = "".join(s["summary"]["operation"][0] for s in snapshots)
+    assert operations == "aaaaaraaaraaa"
+    for parent, snapshot in itertools.pairwise(snapshots):
+        if snapshot["summary"]["operation"] == "replace":  # the same rows in fewer files
+            assert snapshot["summary"]["total-records"] == parent["summary"]["total-records"]
+            assert int(snapshot["summary"]["total-data-files"]) < int(
+                parent["summary"]["total-data-files"]
+            )
+    # Every snapshot reads what it read when it was served: a REPLACE the rows of its parent.
+    appended = 0
+    for snapshot in snapshots:
+        appended += snapshot["summary"]["operation"] == "append"
+        rows = await scan_rows(provider, last, snapshot_id=snapshot["snapshot-id"])
+        assert rows == expected_rows({0: produced[: 3 * appended]}), snapshot
+    assert await scan_rows(provider, last) == expected_rows({0: produced})
+    # Earlier tables' metadata (served before a rebuild) still read the same rows.
+    assert await scan_rows(provider, tables[3]) == expected_rows({0: produced[:12]})
+
+
+async def test_without_coalescing_every_load_keeps_its_file(tmp_path: Path, log: FakeLog) -> None:
+    provider = make_provider(tmp_path, log, chunk_records=WINDOW, coalesce_files=0)
+    produced: list = []
+    *_, after = await load_after_each(provider, log, 11, 3, produced)
+    assert len(await data_files(provider, after)) == 11
+    assert {s["summary"]["operation"] for s in after.metadata["snapshots"]} == {"append"}
+
+
+async def test_runs_are_small_consecutive_chunks_of_one_window(
+    tmp_path: Path, log: FakeLog
+) -> None:
+    from bergstream.core.api import ChunkEntry
+
+    indexer = make_provider(tmp_path, log, chunk_records=WINDOW, coalesce_files=4).indexer
+
+    def chunks(*bounds: tuple[int, int]) -> list[ChunkEntry]:
+        return [ChunkEntry("orders", 0, a, b, b - a, 100) for a, b in bounds]
+
+    small4 = [(0, 5), (5, 10), (10, 15), (15, 20)]
+    assert indexer.small_runs(chunks(*small4, (20, 21))) == [(0, 20)]
+    # The last chunk (the tail) never joins; three small ones are not a run.
+    assert indexer.small_runs(chunks(*small4)) == []
+    # A chunk of 20 offsets (chunk_records / coalesce_files) is not small: it splits the run.
+    assert indexer.small_runs(chunks(*small4[:2], (10, 30), (30, 35), (35, 36))) == []
+    # Chunks of the next window start a new run; a gap does too.
+    assert indexer.small_runs(chunks((70, 75), (75, 80), (80, 85), (85, 90), (90, 95), (95, 99),
+                                     (99, 100))) == [(80, 99)]  # fmt: skip
+    assert indexer.small_runs(chunks((0, 5), (5, 10), (12, 15), (15, 18), (18, 19), (19, 20),
+                                     (20, 21))) == [(12, 20)]  # fmt: skip
