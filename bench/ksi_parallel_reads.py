@@ -36,25 +36,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import pyarrow as pa
 from benchkit import machine_facts
 
-from bergstream.core.lake import LakeCatalogConfig, LakeConfig, load_catalog, resolve_lake
+from bergstream.core.lake import LakeCatalogConfig, LakeConfig, resolve_lake
 from bergstream.core.records import Record
-from bergstream.core.typed.row_contract import (
-    BOUNDARY_PROPERTY,
-    ROW_ARROW_SCHEMA,
-    ROW_SCHEMA,
-    SORT_ORDER,
-    format_boundary,
-    record_to_row,
-)
 from bergstream.devstack.stack import stack_down, stack_up
 from bergstream.plugins.cache_backends.s3_cache import minio_client
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
 from bergstream.plugins.ksi_fetch_filter.planner import FetchAsk, plan_fetch
 from bergstream.plugins.ksi_fetch_filter.store import ColdStore
-from tests.kits.coldset_tables import TEST_SPEC
+from tests.kits.coldset_tables import write_cold
 
 TOPIC = "replayed"
 PARTITION_MAX_BYTES = 1_048_576
@@ -105,22 +96,12 @@ def make_lake(workdir: Path, s3: tuple[str, str, str, str]) -> Any:
 def write_table(lake: Any, partitions: int, records: int, size: int) -> int:
     """``records`` records of ``size`` bytes in each of ``partitions`` partitions, one data
     file per partition; returns the bytes of values written."""
-    catalog = load_catalog(lake)
-    catalog.create_namespace_if_not_exists(lake.namespace)
-    table = catalog.create_table(
-        lake.table_identifier(TOPIC), ROW_SCHEMA, partition_spec=TEST_SPEC, sort_order=SORT_ORDER
-    )
     rows = [
-        record_to_row(p, Record(o, T0 + o, b"k%d" % o, os.urandom(size), ()), 0)
+        (p, 0, Record(o, T0 + o, b"k%d" % o, os.urandom(size), ()))
         for p in range(partitions)
         for o in range(records)
     ]
-    table.append(
-        pa.Table.from_pylist(rows, schema=ROW_ARROW_SCHEMA),
-        snapshot_properties={
-            BOUNDARY_PROPERTY: format_boundary(dict.fromkeys(range(partitions), records))
-        },
-    )
+    write_cold(lake, TOPIC, rows, dict.fromkeys(range(partitions), records), rows_per_file=records)
     return partitions * records * size
 
 
