@@ -804,18 +804,21 @@ def first_loads(catalog_url: str, topics: Sequence[str]) -> float:
     return time.perf_counter() - began
 
 
-def load_table_bytes(catalog_url: str, topic: str) -> int:
-    """Bytes of the LoadTable response of ``merged.<topic>`` (its metadata inline) now."""
+def load_table(catalog_url: str, topic: str) -> bytes:
+    """The LoadTable response of ``merged.<topic>`` (its metadata inline) now."""
     url = f"{catalog_url}/v1/namespaces/merged/tables/{topic}"
     with urllib.request.urlopen(url, timeout=3600) as response:
-        return len(response.read())
+        return response.read()
+
+
+def load_table_bytes(catalog_url: str, topic: str) -> int:
+    """Bytes of the LoadTable response of ``merged.<topic>`` now."""
+    return len(load_table(catalog_url, topic))
 
 
 def data_files(catalog_url: str, topic: str) -> int:
     """Data files of the current snapshot of ``merged.<topic>`` now (its summary's count)."""
-    url = f"{catalog_url}/v1/namespaces/merged/tables/{topic}"
-    with urllib.request.urlopen(url, timeout=3600) as response:
-        metadata = json.loads(response.read())["metadata"]
+    metadata = json.loads(load_table(catalog_url, topic))["metadata"]
     current = metadata.get("current-snapshot-id")
     for snapshot in metadata.get("snapshots", []):
         if snapshot["snapshot-id"] == current:

@@ -136,7 +136,7 @@ class ColdStore:
 
     def row_groups(self, file: FileRef) -> list[SegmentRef]:
         """The row groups of a data file with their offset ranges (footer read once)."""
-        cached = self._footers.get(file.path)
+        cached = self.cached_row_groups(file)
         if cached is not None:
             return cached
         table = self._any_table()
@@ -217,10 +217,6 @@ class ColdStore:
             if next_offset > last:
                 self.segments.demote(key)
 
-    def has_cached(self, ref: SegmentRef, partition: int) -> bool:
-        """Whether every slice of row group ``ref`` of ``partition`` is cached."""
-        return self._cached(ref, partition)
-
     def start_read(
         self, cold: ColdTable, partition: int, offset: int, siblings: Mapping[int, int]
     ) -> None:
@@ -235,7 +231,8 @@ class ColdStore:
         with contextlib.suppress(RuntimeError):  # closed
             self.executor.submit(read)
 
-    def _cached(self, ref: SegmentRef, partition: int) -> bool:
+    def has_cached(self, ref: SegmentRef, partition: int) -> bool:
+        """Whether every slice of row group ``ref`` of ``partition`` is cached."""
         index = self._slice_index.get((ref.path, ref.row_group, partition))
         return index is not None and all(
             (ref.path, ref.row_group, partition, n) in self.segments for n in range(len(index))
@@ -250,7 +247,7 @@ class ColdStore:
         """Make the slices of row group ``ref`` of each of ``partitions`` cached: the row group
         is read once for all those not cached yet, and only into room that unread slices leave
         (what a reader still needs is never evicted for what it may need later)."""
-        missing = [p for p in partitions if not self._cached(ref, p)]
+        missing = [p for p in partitions if not self.has_cached(ref, p)]
         if missing and self._has_room(self._row_group_bytes):
             self._slices(ref, missing[0], encode=encode, also=missing[1:])
 

@@ -55,6 +55,7 @@ __all__ = [
     "HistorySettings",
     "SnapshotHistories",
     "SnapshotState",
+    "chunks_up_to",
     "history_contended",
     "history_table_name",
     "hot_floor",
@@ -191,6 +192,15 @@ def hot_floor(chunks: Sequence[ChunkEntry]) -> dict[int, int]:
             floor[chunk.partition] = min(floor.get(chunk.partition, chunk.start_offset),
                                          chunk.start_offset)  # fmt: skip
     return floor
+
+
+def chunks_up_to(chunks: Sequence[ChunkEntry], ends: Mapping[int, int]) -> list[ChunkEntry] | None:
+    """The chunks ending at or before ``ends`` (partition -> offset): what lists those
+    watermarks today, for the first of two steps (see the module doc); None when a chunk
+    crosses one (the state cannot be recorded in two steps)."""
+    if any(c.start_offset < ends[c.partition] < c.end_offset for c in chunks):
+        return None
+    return [c for c in chunks if c.end_offset <= ends[c.partition]]
 
 
 def kafka_holds(snapshot: HistoricSnapshot, offsets: Mapping[int, PartitionOffsets]) -> bool:

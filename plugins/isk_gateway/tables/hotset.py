@@ -40,6 +40,7 @@ from bergstream.plugins.isk_gateway.tables.history import (
     HistorySettings,
     SnapshotHistories,
     SnapshotState,
+    chunks_up_to,
     history_contended,
     history_table_name,
     hot_floor,
@@ -215,9 +216,9 @@ class HotsetProvider:
         since): the first of two steps, a REPLACE before the APPEND of the new records; None
         when a chunk crosses a watermark of ``head`` (then one step)."""
         ends = {p: min(o, head.ends.get(p, 0)) for p, o in end_offsets.items()}
-        if any(c.start_offset < ends[c.partition] < c.end_offset for c in chunks):
+        older = chunks_up_to(chunks, ends)
+        if older is None:
             return None
-        older = [c for c in chunks if c.end_offset <= ends[c.partition]]
         plan = plan_table(self.bucket, self.cluster, table, older, ends, self.unit, typed)
         return SnapshotState(plan, ends, hot_floor(older), chunks=older, index_topic=index_topic)
 

@@ -43,6 +43,7 @@ from bergstream.plugins.isk_gateway.tables.history import (
     PLAN_ATTEMPTS,
     HistoricSnapshot,
     SnapshotState,
+    chunks_up_to,
     history_contended,
     history_table_name,
     hot_floor,
@@ -141,9 +142,9 @@ class MergedProvider:
                 p: min(o, max(head.ends.get(p, 0), boundary.get(p, 0)))
                 for p, o in end_offsets.items()
             }
-            older = [c for c in chunks if c.end_offset <= ends[c.partition]]
-            if any(c.start_offset < ends[c.partition] < c.end_offset for c in chunks):
-                return None  # not cut at the head's watermarks: one step
+            older = chunks_up_to(chunks, ends)
+            if older is None:  # not cut at the head's watermarks: one step
+                return None
             groups = hotset_groups(
                 self.bucket, self.cluster, older, MERGED, unit, hot_spec, layout=digest
             )
