@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from bergstream.core.lake import ResolvedLake
 from bergstream.plugins.ksi_fetch_filter.config import KsiConfig
@@ -159,3 +160,8 @@ def test_no_read_for_a_partition_the_response_has_no_room_for(
         assert [parts for _, _, parts in reads] == [(0,)]
     finally:
         store.close()
+
+
+def test_parallel_reads_takes_a_boolean_only() -> None:
+    with pytest.raises(ValidationError, match="parallel_reads"):
+        KsiConfig(parallel_reads="sometimes")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from tests.isk.tables.hotset_cases import T0, expected_rows, make_provider
 from tests.kits.fake_log import FakeLog
 from tests.kits.hotset_reader import open_table, scan_rows
+from tests.support import BERGSTREAM
 
 #: Offsets per chunk window; with coalesce_files 4 a chunk under 20 offsets is small.
 WINDOW = 80
@@ -100,3 +102,17 @@ async def test_runs_are_small_consecutive_chunks_of_one_window(
                                      (99, 100))) == [(80, 99)]  # fmt: skip
     assert indexer.small_runs(chunks((0, 5), (5, 10), (12, 15), (15, 18), (18, 19), (19, 20),
                                      (20, 21))) == [(12, 20)]  # fmt: skip
+
+
+def test_a_negative_coalesce_files_is_refused_by_config_check(tmp_path: Path) -> None:
+    config = tmp_path / "isk.yaml"
+    config.write_text(
+        "services:\n  - type: isk\n    config:\n      kafka_bootstrap: 127.0.0.1:1\n"
+        "      http: {access_key: a, secret_key: b}\n      coalesce_files: -1\n"
+    )
+    result = subprocess.run(
+        [BERGSTREAM, "config", "check", str(config)], capture_output=True, text=True, timeout=60
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "coalesce_files" in output and "greater than or equal to 0" in output
