@@ -12,10 +12,12 @@ brings every table's index up to date with one LoadTable each, then, with a prod
   (RestCatalog, vended S3 settings) queries for ``--single-seconds``;
 - **N clients**: ``--clients`` clients, half DuckDB, half PyIceberg, for ``--seconds``.
 
-Each client is a process of its own, as real users are (started and connected before the clock
-starts), so the clients' harness is not what limits the load: for each phase the bench prints
-queries/s, p50/p99, and the CPU seconds per query of ISK (``/proc``) and of the clients
-separately. The load test (``tests/isk/load``) runs the same clients as threads.
+Each client is a process of its own, as real users are (started, connected and warmed up with
+one query per engine before the clock starts: a process's first PyIceberg scan pays its
+imports, see ``_client_process``), so the clients' harness is not what limits the load: for
+each phase the bench prints queries/s, p50/p99, and the CPU seconds per query of ISK
+(``/proc``) and of the clients separately. The load test (``tests/isk/load``) runs the same
+clients as threads.
 
 Each client's engine gets one thread (``--client-threads 1``, DuckDB's ``threads`` and
 PyIceberg's ``max-workers``): a real user's engine has its own cores, while here 16 clients share
@@ -60,6 +62,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import multiprocessing
 import os
 import resource
@@ -542,13 +545,17 @@ def check(partitions: Partitions, acked_at_start: int, produced_at_end: int) -> 
 
 @dataclass
 class Query:
-    """One query of the load: its engine, topic, seconds, rows and error (None: correct)."""
+    """One query of the load: its engine, topic, seconds, rows and error (None: correct); when
+    it started (``time.monotonic()``, one clock for every process) and its place in its
+    client's sequence (0: the client's first)."""
 
     engine: str
     topic: str
     seconds: float
     rows: int
     error: str | None
+    started: float = 0.0
+    sequence: int = 0
 
 
 def client_loop(
@@ -560,19 +567,21 @@ def client_loop(
     deadline: float,
     out: list[Query],
     clients: dict[str, DuckDBClient | PyIcebergClient] | None = None,
+    limit: int | None = None,
+    close: bool = True,
 ) -> None:
-    """Run queries until ``deadline``, cycling through ``engines`` and ``topics`` (starting at
-    ``number``); append each to ``out``. ``clients``: engines' clients made beforehand (the
-    rest are made on first use)."""
+    """Run queries until ``deadline`` (or ``limit`` of them), cycling through ``engines`` and
+    ``topics`` (starting at ``number``); append each to ``out``. ``clients``: engines' clients
+    made beforehand (the rest are made on first use); closed at the end unless not ``close``."""
     clients = {} if clients is None else clients
     turn = number
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and (limit is None or turn - number < limit):
             engine = engines[turn % len(engines)]
             topic = topics[turn % len(topics)]
             turn += 1
             acked, _ = acks.snapshot(topic)
-            began = time.perf_counter()
+            started, began = time.monotonic(), time.perf_counter()
             rows, error = 0, None
             try:
                 if engine not in clients:
@@ -582,9 +591,10 @@ def client_loop(
                 error = check(answer, acked, acks.snapshot(topic)[1])
             except Exception as failure:  # every failure is reported, none stops the load
                 error = f"{type(failure).__name__}: {failure}"
-            out.append(Query(engine, topic, time.perf_counter() - began, rows, error))
+            seconds = time.perf_counter() - began
+            out.append(Query(engine, topic, seconds, rows, error, started, turn - number - 1))
     finally:
-        for client in clients.values():
+        for client in clients.values() if close else ():
             client.close()
 
 
@@ -639,11 +649,23 @@ def _client_process(
     results: Any,
     threads: int | None = None,
 ) -> None:
-    """One client in a process of its own, as a real user's: its engines' clients made first
-    (imports and connections before the clock), then queries for ``seconds`` from ``go``; puts
-    its queries and the CPU seconds they took on ``results``. ``threads``: each engine's
-    threads (None: its default, one per core)."""
+    """One client in a process of its own, as a real user's: its engines' clients made and
+    warmed up first (imports, connections and one query per engine before the clock), then
+    queries for ``seconds`` from ``go``; puts its queries, the CPU seconds they took and the
+    warm-up queries' errors on ``results``. ``threads``: each engine's threads (None: its
+    default, one per core).
+
+    Why the warm-up: a process's first PyIceberg scan imports and builds what every later one
+    reuses. Measured at full size with 16 clients, the six slowest queries of the phase were
+    the PyIceberg clients' first ones, all started at once (5.1-5.8 s, 3.6 s for the median
+    first query against 1.8 s for the others), and the same on the physical copies with no
+    ISK (5.8-6.1 s): a start-up cost of the clients, not a cost of serving 16 of them."""
     clients = {engine: make_client(engine, catalog_url, threads) for engine in engines}
+    warm_up: list[Query] = []
+    client_loop(
+        number, engines, catalog_url, topics, acks, math.inf, warm_up, clients,
+        limit=len(engines), close=False,
+    )  # fmt: skip
     ready.put(number)
     go.wait()
     began = _own_cpu_seconds()
@@ -651,7 +673,10 @@ def _client_process(
     client_loop(
         number, engines, catalog_url, topics, acks, time.monotonic() + seconds, out, clients
     )
-    results.put(([tuple(vars(q).values()) for q in out], _own_cpu_seconds() - began))
+    warm_up_errors = [f"{q.engine} {q.topic} (warm-up): {q.error}" for q in warm_up if q.error]
+    results.put(
+        ([tuple(vars(q).values()) for q in out], _own_cpu_seconds() - began, warm_up_errors)
+    )
 
 
 def _run_in_processes(
@@ -661,9 +686,10 @@ def _run_in_processes(
     clients: int,
     seconds: float,
     threads: int | None = None,
-) -> tuple[Any, Callable[[], tuple[list[Query], float]]]:
+) -> tuple[Any, Callable[[], tuple[list[Query], float, list[str]]]]:
     """Start ``clients`` client processes and wait until each is ready; return the event that
-    starts them and a function collecting (queries, their CPU seconds)."""
+    starts them and a function collecting (queries, their CPU seconds, the warm-up queries'
+    errors)."""
     ready, go, results = _SPAWN.Queue(), _SPAWN.Event(), _SPAWN.Queue()
     processes = [
         _SPAWN.Process(
@@ -679,16 +705,18 @@ def _run_in_processes(
     for _ in processes:
         ready.get(timeout=300)
 
-    def collect() -> tuple[list[Query], float]:
+    def collect() -> tuple[list[Query], float, list[str]]:
         queries: list[Query] = []
         cpu = 0.0
+        warm_up_errors: list[str] = []
         for _ in processes:
-            rows, used = results.get(timeout=seconds + 900)
+            rows, used, errors = results.get(timeout=seconds + 900)
             queries.extend(Query(*row) for row in rows)
             cpu += used
+            warm_up_errors += errors
         for process in processes:
             process.join(60)
-        return queries, cpu
+        return queries, cpu, warm_up_errors
 
     return go, collect
 
@@ -729,7 +757,8 @@ def run_clients(
     client's engine threads (None: the engine's default)."""
     queries: list[Query] = []
     go: Any = None
-    collect: Callable[[], tuple[list[Query], float]] | None = None
+    collect: Callable[[], tuple[list[Query], float, list[str]]] | None = None
+    warm_up_errors: list[str] = []
     threads: list[threading.Thread] = []
     if processes:
         go, collect = _run_in_processes(catalog_url, topics, acks, clients, seconds, client_threads)
@@ -762,7 +791,7 @@ def run_clients(
     for thread in threads:
         thread.join()
     if collect is not None:
-        queries, client_cpu = collect()
+        queries, client_cpu, warm_up_errors = collect()
     elapsed = time.monotonic() - began  # queries started before the deadline end after it
     isk_cpu = cpu_seconds(isk_pid) - isk_began if isk_pid is not None else None
     result = {"clients": clients, "seconds": round(elapsed, 1), **summarize(queries, elapsed)}
@@ -785,8 +814,18 @@ def run_clients(
     for engine in ENGINES:
         mine = [q for q in queries if q.engine == engine]
         result[engine] = summarize(mine, elapsed)
+    # Where the tail is: each client's first query apart, and the slowest queries as (engine,
+    # place in its client's sequence, seconds into the phase when it started, seconds).
+    result["first_queries"] = summarize([q for q in queries if q.sequence == 0], elapsed)
+    result["later_queries"] = summarize([q for q in queries if q.sequence > 0], elapsed)
+    slowest = sorted(queries, key=lambda q: q.seconds)[-6:]
+    result["slowest"] = [
+        (q.engine, q.sequence, round(q.started - began, 1), round(q.seconds, 2)) for q in slowest
+    ]
     result["rows_read"] = sum(q.rows for q in queries)
-    result["errors"] = [f"{q.engine} {q.topic}: {q.error}" for q in queries if q.error]
+    result["errors"] = warm_up_errors + [
+        f"{q.engine} {q.topic}: {q.error}" for q in queries if q.error
+    ]
     kinds: dict[str, int] = {}
     for q in queries:
         if q.error:
