@@ -77,11 +77,12 @@ class IskServiceConfig(StrictModel):
     )
     chunk_records: int = Field(100_000, gt=0, description="offsets per indexed chunk")
     coalesce_files: int = Field(
-        8,
+        4,
         ge=0,
-        description="a run of this many consecutive small chunks of one chunk window (each under"
-        " chunk_records / coalesce_files offsets: one per watermark a LoadTable served) is read"
-        " and indexed again as one file in the background (0 or 1: never)",
+        description="a run of this many consecutive small chunks of the newest chunk window"
+        " (each under chunk_records / coalesce_files offsets: one per watermark a LoadTable"
+        " served), and the chunks of a window the newest has left, are read and indexed again"
+        " as one file in the background (0 or 1: never)",
     )
     synthesizers: list[FileSynthesizerChoice] = Field(
         default_factory=list,

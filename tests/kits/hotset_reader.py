@@ -53,3 +53,10 @@ def build_table(
     """The metadata of a hotset table with one snapshot and no history, from its chunks."""
     plan = plan_table(bucket, cluster, topic, chunks, end_offsets, **options)
     return build_metadata(bucket, cluster, plan)
+
+
+async def data_files(provider: HotsetProvider, loaded: LoadedTable) -> list[str]:
+    """The data files of ``loaded``'s current snapshot, by name (``START-END.parquet``)."""
+    table = open_table(provider, loaded, asyncio.get_running_loop())
+    tasks = await asyncio.to_thread(lambda: list(table.scan().plan_files()))
+    return sorted(task.file.file_path.rsplit("/", 1)[1] for task in tasks)

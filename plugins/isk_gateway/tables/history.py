@@ -8,9 +8,11 @@ over as EXISTING (added by the snapshot that first listed them), the others are 
 Chunks are cut at every served watermark (:meth:`..hotset_index.HotsetIndexer.live_chunks`), so
 new records always come in new files and a snapshot that only sees new records is an APPEND:
 Spark's incremental reads and Iceberg streaming see exactly the records between two snapshots.
-A state that also drops files (the coldset took over offsets, or Kafka deleted them) is recorded
-in two steps: first the same watermarks with the new files (a REPLACE when the rows are the same,
-else a DELETE or OVERWRITE), then the APPEND of the new records.
+A state that also drops files (the coldset took over offsets, Kafka deleted them, or the
+indexer rebuilt small files as one) is recorded in two steps: first the same watermarks with the
+new files (a REPLACE when the rows are the same, else a DELETE or OVERWRITE), then the APPEND of
+the new records; with no new record, only the first step (a rebuild is then a REPLACE at the
+same watermarks, after which the same state gives the same bytes again).
 
 Every snapshot is kept in the index backend (:meth:`IndexBackend.put_snapshot`) with its time
 (the oldest record it adds, or just after its parent's, never in the future), and listed by

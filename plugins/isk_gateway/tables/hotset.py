@@ -97,7 +97,7 @@ class HotsetProvider:
         compression: str = "snappy",
         layouts: TopicLayouts | None = None,
         history: HistorySettings | None = None,
-        coalesce_files: int = 8,
+        coalesce_files: int = 4,
     ) -> None:
         self.source = source
         self.cache = cache

@@ -16,14 +16,21 @@ Small files, rebuilt as one: a table loaded often while records arrive gets a ch
 watermark, so its newest chunk window can hold hundreds of small files, and every scan then
 pays for each (measured with ``bench/isk_load.py``: after 16 clients loaded four tables for a
 minute, one client's queries cost ISK 4x the CPU and the client 3.5x what they cost before).
-When a LoadTable lists ``coalesce_files`` or more consecutive sealed chunks of one window that
-each hold under ``chunk_records / coalesce_files`` offsets, their offsets are read and indexed
-again as one chunk (cut only where the time bucket changes) in the background; the index entry
+When a LoadTable lists ``coalesce_files`` or more consecutive sealed chunks of the tail's window
+that each hold under ``chunk_records / coalesce_files`` offsets, or two or more chunks of a
+window the tail has left, their offsets are read and indexed again as one chunk (cut only where
+the time bucket changes) in the background; the index entry
 of the first is replaced (entries are keyed by their first offset), so the next LoadTable lists
 the one file: its snapshot is a REPLACE of the small files (the same rows), then the APPEND of
 new records (:mod:`.history`). The small files stay buildable from their keys for older
-snapshots. A chunk rebuilt so grows with each rebuild and stops being small, so each offset is
-rebuilt a few times at most.
+snapshots. A chunk rebuilt so grows with each rebuild and stops being small, and a window
+becomes one file once the tail has left it, so each offset is rebuilt a few times at most and a
+partition lists one file per full window and at most about ``2 x coalesce_files`` in its last.
+Measured with ``bench/isk_load.py`` (four tables of 3 partitions, a minute of 16 clients while
+records arrive): the tables listed 204 files after it with only the first rule at 8 (each full
+window kept up to 16), 151 with both rules at 8, 103-105 at 4 (the default); the slowest
+queries were PyIceberg's late in the phase, one read per file after another, and the 16
+clients' p99 went from 18.9x one client's p50 to 17.6x and 15.4-15.6x.
 
 Two callers: :meth:`HotsetIndexer.live_chunks` (LoadTable: every chunk a snapshot lists, indexing
 new sealed ones on the way) and :meth:`HotsetIndexer.index_topic` (one bounded step of the
@@ -117,7 +124,7 @@ class HotsetIndexer:
         parallel_partitions: int = 2,
         memory_files: int = 4096,
         layouts: TopicLayouts | None = None,
-        coalesce_files: int = 8,
+        coalesce_files: int = 4,
     ) -> None:
         if chunk_records <= 0:
             raise ValueError(f"chunk_records must be > 0, got {chunk_records}")
@@ -177,31 +184,41 @@ class HotsetIndexer:
         return [chunk for chunks in found for chunk in chunks]
 
     def small_runs(self, chunks: list[ChunkEntry]) -> list[tuple[int, int]]:
-        """``[start, end)`` of each run of at least ``coalesce_files`` consecutive chunks of
-        one partition's live ``chunks`` (in offset order) that lie in one ``chunk_records``
-        window and each hold fewer than ``chunk_records / coalesce_files`` offsets. The last
-        chunk (the tail, which the next load may extend) is left out."""
-        if self.coalesce_files <= 1:
+        """``[start, end)`` of each run of one partition's live ``chunks`` (in offset order) to
+        rebuild as one chunk: every window of ``chunk_records`` offsets that the tail has left
+        (its chunks, two or more, consecutive), and in the tail's window each run of at least
+        ``coalesce_files`` consecutive chunks that each hold fewer than ``chunk_records /
+        coalesce_files`` offsets. The last chunk (the tail, which the next load may extend)
+        is left out."""
+        if self.coalesce_files <= 1 or not chunks:
             return []
+        tail_window = chunks[-1].start_offset // self.chunk_records
         small = self.chunk_records // self.coalesce_files
         runs: list[tuple[int, int]] = []
         run: list[ChunkEntry] = []
+
+        def close_run() -> None:
+            if not run:
+                return
+            window = run[0].start_offset // self.chunk_records
+            if len(run) >= (2 if window < tail_window else self.coalesce_files):
+                runs.append((run[0].start_offset, run[-1].end_offset))
+
         for chunk in chunks[:-1]:
-            is_small = chunk.end_offset - chunk.start_offset < small
+            window = chunk.start_offset // self.chunk_records
+            # In a window the tail has left, every chunk joins; in the tail's, small ones only.
+            eligible = window < tail_window or chunk.end_offset - chunk.start_offset < small
             joins = (
                 bool(run)
                 and run[-1].end_offset == chunk.start_offset
-                and run[0].start_offset // self.chunk_records
-                == chunk.start_offset // self.chunk_records
+                and run[0].start_offset // self.chunk_records == window
             )
-            if is_small and joins:
+            if eligible and joins:
                 run.append(chunk)
                 continue
-            if len(run) >= self.coalesce_files:
-                runs.append((run[0].start_offset, run[-1].end_offset))
-            run = [chunk] if is_small else []
-        if len(run) >= self.coalesce_files:
-            runs.append((run[0].start_offset, run[-1].end_offset))
+            close_run()
+            run = [chunk] if eligible else []
+        close_run()
         return runs
 
     def _coalesce_later(

@@ -4,7 +4,6 @@ REPLACE of them (the same rows), and older snapshots still read what they read."
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import subprocess
 from pathlib import Path
@@ -13,18 +12,11 @@ from typing import Any
 from bergstream.plugins.isk_gateway.tables.hotset import HotsetProvider
 from tests.isk.tables.hotset_cases import T0, expected_rows, make_provider
 from tests.kits.fake_log import FakeLog
-from tests.kits.hotset_reader import open_table, scan_rows
+from tests.kits.hotset_reader import data_files, scan_rows
 from tests.support import BERGSTREAM
 
 #: Offsets per chunk window; with coalesce_files 4 a chunk under 20 offsets is small.
 WINDOW = 80
-
-
-async def data_files(provider: HotsetProvider, loaded: Any) -> list[str]:
-    """The data files of the current snapshot, by name."""
-    table = open_table(provider, loaded, asyncio.get_running_loop())
-    tasks = await asyncio.to_thread(lambda: list(table.scan().plan_files()))
-    return sorted(task.file.file_path.rsplit("/", 1)[1] for task in tasks)
 
 
 async def load_after_each(
@@ -73,6 +65,23 @@ async def test_runs_of_small_files_become_one_and_snapshots_replace_them(
     assert await scan_rows(provider, tables[3]) == expected_rows({0: produced[:12]})
 
 
+async def test_a_window_the_tail_has_left_becomes_one_file(tmp_path: Path, log: FakeLog) -> None:
+    provider = make_provider(tmp_path, log, chunk_records=20, coalesce_files=4)
+    produced: list = []
+    tables = await load_after_each(provider, log, 9, 3, produced)
+    last = tables[-1]
+    # Offsets 0-27 in windows of 20: the first window, left by the tail, is one file.
+    files = await data_files(provider, last)
+    assert files[0] == "0-20.parquet" and all(int(f.split("-")[0]) >= 20 for f in files[1:])
+    assert "r" in "".join(s["summary"]["operation"][0] for s in last.metadata["snapshots"])
+    appended = 0
+    for snapshot in last.metadata["snapshots"]:
+        appended += snapshot["summary"]["operation"] == "append"
+        rows = await scan_rows(provider, last, snapshot_id=snapshot["snapshot-id"])
+        assert rows == expected_rows({0: produced[: 3 * appended]}), snapshot
+    assert await scan_rows(provider, tables[2]) == expected_rows({0: produced[:9]})
+
+
 async def test_without_coalescing_every_load_keeps_its_file(tmp_path: Path, log: FakeLog) -> None:
     provider = make_provider(tmp_path, log, chunk_records=WINDOW, coalesce_files=0)
     produced: list = []
@@ -99,9 +108,16 @@ async def test_runs_are_small_consecutive_chunks_of_one_window(
     assert indexer.small_runs(chunks(*small4[:2], (10, 30), (30, 35), (35, 36))) == []
     # Chunks of the next window start a new run; a gap does too.
     assert indexer.small_runs(chunks((70, 75), (75, 80), (80, 85), (85, 90), (90, 95), (95, 99),
-                                     (99, 100))) == [(80, 99)]  # fmt: skip
+                                     (99, 100))) == [(70, 80), (80, 99)]  # fmt: skip
     assert indexer.small_runs(chunks((0, 5), (5, 10), (12, 15), (15, 18), (18, 19), (19, 20),
                                      (20, 21))) == [(12, 20)]  # fmt: skip
+    # A window the tail has left becomes one file whatever its chunks' sizes (two or more,
+    # consecutive); a gap splits it, and a lone chunk stays.
+    assert indexer.small_runs(chunks((0, 40), (40, 70), (70, 80), (80, 81))) == [(0, 80)]
+    assert indexer.small_runs(chunks((0, 40), (45, 70), (70, 80), (80, 81))) == [(45, 80)]
+    assert indexer.small_runs(chunks((0, 80), (80, 160), (160, 161))) == []
+    # The window right before the tail's is left once the tail starts the next one.
+    assert indexer.small_runs(chunks((0, 40), (40, 80))) == []
 
 
 def test_a_negative_coalesce_files_is_refused_by_config_check(tmp_path: Path) -> None:

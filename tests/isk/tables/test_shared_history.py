@@ -49,6 +49,7 @@ async def test_alternating_instances_serve_one_history(tmp_path: Path, log: Fake
     one, two = instance(tmp_path, log, "one"), instance(tmp_path, log, "two")
     produced: dict[int, list[Any]] = {0: [], 1: []}
     previous: list[int] = []
+    replaced = 0
     for round_ in range(6):
         for partition, count in ((0, 3 + round_), (1, 2)):
             produced[partition] += log.produce(
@@ -58,11 +59,16 @@ async def test_alternating_instances_serve_one_history(tmp_path: Path, log: Fake
         loaded = await first.load_table("hotset", "orders")
         # The other instance serves the same state as the same snapshot, byte for byte.
         assert await second.load_table("hotset", "orders") == loaded
-        # Each state is one APPEND on top of the snapshots served before, by either instance.
-        assert ids(loaded)[:-1] == previous
-        assert operations(loaded) == ["append"] * (round_ + 1)
+        # Each state is one APPEND on top of the snapshots served before, by either instance,
+        # after a REPLACE when one rebuilt small files since (windows of 10 offsets the tail
+        # left): the same rows in fewer files, recorded once and listed by both.
+        assert ids(loaded)[: len(previous)] == previous
+        assert operations(loaded)[len(previous) :] in (["append"], ["replace", "append"])
+        replaced += operations(loaded)[-2:] == ["replace", "append"]
         previous = ids(loaded)
         assert await scan_rows(second, loaded) == expected_rows(produced)
+        await first.indexer.settle()
+    assert replaced
 
 
 async def test_concurrent_loads_of_one_state_record_one_snapshot(
@@ -110,8 +116,11 @@ async def test_an_instance_new_to_the_table_serves_the_retained_history(
     for round_ in range(10):
         log.produce("orders", round_ % 2, 7, lambda i, r=round_: T0 + 1000 * r + i)
         loaded = await one.load_table("hotset", "orders")
+    # Once the small files it found are rebuilt, the same state: the same bytes.
+    await one.indexer.settle()
+    loaded = await one.load_table("hotset", "orders")
     assert len(ids(loaded)) == 3
-    assert await one.load_table("hotset", "orders") == loaded  # the same state: the same bytes
+    assert await one.load_table("hotset", "orders") == loaded
     # Reads positions 5 (a checkpoint: every chunk) to 10, and keeps the same ones.
     late = instance(tmp_path, log, "late", history=settings)
     assert await late.load_table("hotset", "orders") == loaded
