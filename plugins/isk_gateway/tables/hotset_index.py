@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from bergstream.core.api import ChunkEntry, IndexBackend
-from bergstream.plugins.isk_gateway.files.data_files import chunk_key
+from bergstream.plugins.isk_gateway.files.data_files import chunk_bucket, chunk_key
 from bergstream.plugins.isk_gateway.files.hotset_layout import build_chunk, layout_name
 from bergstream.plugins.isk_gateway.kafka.reader import FetchedRange, PartitionOffsets
 from bergstream.plugins.isk_gateway.metrics import (
@@ -189,13 +189,15 @@ class HotsetIndexer:
         (its chunks, two or more, consecutive), and in the tail's window each run of at least
         ``coalesce_files`` consecutive chunks that each hold fewer than ``chunk_records /
         coalesce_files`` offsets. The last chunk (the tail, which the next load may extend)
-        is left out."""
+        is left out, and a run never spans two time buckets (a rebuild would cut it there
+        again: without this, every such window would be read again after each restart)."""
         if self.coalesce_files <= 1 or not chunks:
             return []
         tail_window = chunks[-1].start_offset // self.chunk_records
         small = self.chunk_records // self.coalesce_files
         runs: list[tuple[int, int]] = []
         run: list[ChunkEntry] = []
+        run_bucket: int | None = None  # of the run's rows (chunks without rows join any)
 
         def close_run() -> None:
             if not run:
@@ -206,18 +208,22 @@ class HotsetIndexer:
 
         for chunk in chunks[:-1]:
             window = chunk.start_offset // self.chunk_records
+            bucket = chunk_bucket(chunk, self.unit)
             # In a window the tail has left, every chunk joins; in the tail's, small ones only.
             eligible = window < tail_window or chunk.end_offset - chunk.start_offset < small
             joins = (
                 bool(run)
                 and run[-1].end_offset == chunk.start_offset
                 and run[0].start_offset // self.chunk_records == window
+                and (bucket is None or run_bucket is None or bucket == run_bucket)
             )
             if eligible and joins:
                 run.append(chunk)
+                run_bucket = run_bucket if bucket is None else bucket
                 continue
             close_run()
             run = [chunk] if eligible else []
+            run_bucket = bucket
         close_run()
         return runs
 

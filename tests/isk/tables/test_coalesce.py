@@ -97,8 +97,14 @@ async def test_runs_are_small_consecutive_chunks_of_one_window(
 
     indexer = make_provider(tmp_path, log, chunk_records=WINDOW, coalesce_files=4).indexer
 
-    def chunks(*bounds: tuple[int, int]) -> list[ChunkEntry]:
-        return [ChunkEntry("orders", 0, a, b, b - a, 100) for a, b in bounds]
+    day = 86_400_000_000  # micros
+
+    def chunks(*offsets: tuple[int, ...]) -> list[ChunkEntry]:
+        """Chunks ``(start, end)`` of day 0's rows, or ``(start, end, day)``."""
+        return [
+            ChunkEntry("orders", 0, a, b, b - a, 100, {"kafka_timestamp": (d * day, d * day)})
+            for a, b, d in ((*o, 0) if len(o) == 2 else o for o in offsets)
+        ]
 
     small4 = [(0, 5), (5, 10), (10, 15), (15, 20)]
     assert indexer.small_runs(chunks(*small4, (20, 21))) == [(0, 20)]
@@ -118,6 +124,15 @@ async def test_runs_are_small_consecutive_chunks_of_one_window(
     assert indexer.small_runs(chunks((0, 80), (80, 160), (160, 161))) == []
     # The window right before the tail's is left once the tail starts the next one.
     assert indexer.small_runs(chunks((0, 40), (40, 80))) == []
+    # A run never spans two time buckets (a rebuild would cut it there again); a chunk without
+    # rows (control records, aborted ones) joins either.
+    assert indexer.small_runs(chunks((0, 40), (40, 80, 1), (80, 81, 1))) == []
+    assert indexer.small_runs(chunks((0, 30), (30, 50), (50, 80, 1), (80, 81, 1))) == [(0, 50)]
+    small_days = [(0, 5), (5, 10, 1), (10, 15, 1), (15, 20, 1), (20, 25, 1), (25, 26, 1)]
+    assert indexer.small_runs(chunks(*small_days)) == [(5, 25)]
+    empty = ChunkEntry("orders", 0, 40, 45, 0, 0, {})
+    mixed = [*chunks((0, 40)), empty, *chunks((45, 80, 1), (80, 81, 1))]
+    assert indexer.small_runs(mixed) == [(0, 45)]
 
 
 def test_a_negative_coalesce_files_is_refused_by_config_check(tmp_path: Path) -> None:
