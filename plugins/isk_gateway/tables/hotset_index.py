@@ -13,24 +13,24 @@ indexer leaves the tail unsealed; it is remembered in memory so the next load wi
 reads nothing.
 
 Small files, rebuilt as one: a table loaded often while records arrive gets a chunk per served
-watermark, so its newest chunk window can hold hundreds of small files, and every scan then
-pays for each (measured with ``bench/isk_load.py``: after 16 clients loaded four tables for a
-minute, one client's queries cost ISK 4x the CPU and the client 3.5x what they cost before).
-When a LoadTable lists ``coalesce_files`` or more consecutive sealed chunks of the tail's window
-that each hold under ``chunk_records / coalesce_files`` offsets, or two or more chunks of a
-window the tail has left, their offsets are read and indexed again as one chunk (cut only where
-the time bucket changes) in the background; the index entry
-of the first is replaced (entries are keyed by their first offset), so the next LoadTable lists
-the one file: its snapshot is a REPLACE of the small files (the same rows), then the APPEND of
-new records (:mod:`.history`). The small files stay buildable from their keys for older
-snapshots. A chunk rebuilt so grows with each rebuild and stops being small, and a window
-becomes one file once the tail has left it, so each offset is rebuilt a few times at most and a
-partition lists one file per full window and at most about ``2 x coalesce_files`` in its last.
-Measured with ``bench/isk_load.py`` (four tables of 3 partitions, a minute of 16 clients while
-records arrive): the tables listed 204 files after it with only the first rule at 8 (each full
-window kept up to 16), 151 with both rules at 8, 103-105 at 4 (the default); the slowest
-queries were PyIceberg's late in the phase, one read per file after another, and the 16
-clients' p99 went from 18.9x one client's p50 to 17.6x and 15.4-15.6x.
+watermark, so its newest chunk window can hold hundreds of small files, and every scan then pays
+for each (measured with ``bench/isk_load.py``: after 16 clients loaded four tables for a minute,
+one client's queries cost ISK 4x the CPU and the client 3.5x what they cost before). When a
+LoadTable lists ``coalesce_files`` or more consecutive sealed chunks of the tail's window that
+each hold under ``chunk_records / coalesce_files`` offsets, or two or more chunks of a window
+the tail has left (never across a time bucket), their offsets are read and indexed again as one
+chunk in the background; the index entry of the first is replaced (entries are keyed by their
+first offset), so the next LoadTable lists the one file: its snapshot is a REPLACE of the small
+files (the same rows), then the APPEND of new records (:mod:`.history`). The small files stay
+buildable from their keys for older snapshots. A chunk rebuilt so grows with each rebuild and
+stops being small, and a window becomes one file once the tail has left it, so each offset is
+rebuilt a few times at most and a partition lists one file per full window and at most about
+``2 x coalesce_files`` in its last. Measured with ``bench/isk_load.py`` (four tables of 3
+partitions, a minute of 16 clients while records arrive): the tables listed 204 files after it
+with only the first rule at 8 (each full window kept up to 16), 151 with both rules at 8,
+103-105 at 4 (the default); the slowest queries were PyIceberg's late in the phase, one read per
+file after another, and the 16 clients' p99 went from 18.9x one client's p50 to 17.6x and
+15.4-15.6x.
 
 Two callers: :meth:`HotsetIndexer.live_chunks` (LoadTable: every chunk a snapshot lists, indexing
 new sealed ones on the way) and :meth:`HotsetIndexer.index_topic` (one bounded step of the
@@ -144,7 +144,8 @@ class HotsetIndexer:
         self._memory_files = memory_files
         self._locks: dict[str, asyncio.Lock] = {}
         self._recent_chunks: OrderedDict[tuple[str, str, int, int, int], ChunkEntry] = OrderedDict()
-        #: Runs of this many small chunks are rebuilt as one (0 or 1: never).
+        #: Runs of this many small chunks (and full windows) are rebuilt as one (0 or 1:
+        #: never).
         self.coalesce_files = coalesce_files
         #: Topics whose small chunks are being rebuilt, and the task doing it.
         self._coalescing: dict[str, asyncio.Task[None]] = {}
@@ -197,13 +198,11 @@ class HotsetIndexer:
         small = self.chunk_records // self.coalesce_files
         runs: list[tuple[int, int]] = []
         run: list[ChunkEntry] = []
+        run_window = -1
         run_bucket: int | None = None  # of the run's rows (chunks without rows join any)
 
         def close_run() -> None:
-            if not run:
-                return
-            window = run[0].start_offset // self.chunk_records
-            if len(run) >= (2 if window < tail_window else self.coalesce_files):
+            if len(run) >= (2 if run_window < tail_window else self.coalesce_files):
                 runs.append((run[0].start_offset, run[-1].end_offset))
 
         for chunk in chunks[:-1]:
@@ -214,7 +213,7 @@ class HotsetIndexer:
             joins = (
                 bool(run)
                 and run[-1].end_offset == chunk.start_offset
-                and run[0].start_offset // self.chunk_records == window
+                and run_window == window
                 and (bucket is None or run_bucket is None or bucket == run_bucket)
             )
             if eligible and joins:
@@ -223,14 +222,14 @@ class HotsetIndexer:
                 continue
             close_run()
             run = [chunk] if eligible else []
-            run_bucket = bucket
+            run_window, run_bucket = window, bucket
         close_run()
         return runs
 
     def _coalesce_later(
         self, topic: str, found: list[list[ChunkEntry]], typed: TypedTopic | None
     ) -> None:
-        """Start rebuilding the runs of small chunks in ``found`` (per partition) as one chunk
+        """Start rebuilding the runs of :meth:`small_runs` in ``found`` (per partition) as one chunk
         each, in the background, unless that runs for ``topic`` already."""
         if topic in self._coalescing:
             return
